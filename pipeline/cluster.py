@@ -1,0 +1,253 @@
+"""The public API: a cluster of Delta-backed brokers, its topics, producers, rounds and reads."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any, Mapping
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipeline import views
+from pipeline.assignment import assign_replicas
+from pipeline.clock import Clock, SystemClock
+from pipeline.config import to_json, validate_cluster_config, validate_topic_config
+from pipeline.errors import ErrorCode, ReplogError
+from pipeline.produce import parse_acks, record_rows, records_frame
+from pipeline.round import RoundInputs, RoundReport, run_round
+from pipeline.schemas import (BROKERS_SCHEMA, CLUSTER_SCHEMA, INBOX_SCHEMA, PARTITIONS_SCHEMA,
+                              REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
+from pipeline.storage import Storage
+
+__all__ = ["Cluster"]
+
+_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_ISOLATION = ("read_committed", "read_uncommitted")
+
+
+def _validate_topic_name(name: Any) -> None:
+    if not isinstance(name, str) or not _TOPIC_NAME.match(name) or name in (".", ".."):
+        raise ReplogError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                          f"topic name {name!r} is invalid: use 1 to 249 of [a-zA-Z0-9._-], not '.' or '..'")
+
+
+class Cluster:
+    """A replicated log whose brokers are Delta tables under `root`.
+
+    >>> cluster = Cluster.create(spark, "/tmp/replog", brokers=3, clock=ManualClock(0))
+    >>> cluster.create_topic("orders", partitions=8, replication_factor=3)
+    >>> request_id = cluster.produce("orders", [{"key": "k", "value": "v"}], acks="all")
+    >>> cluster.run_round(); cluster.run_round()
+    >>> cluster.read("orders").show()
+    """
+
+    def __init__(self, spark: SparkSession, storage: Storage, clock: Clock, config: dict[str, Any],
+                 brokers: list[int]):
+        self.spark = spark
+        self.storage = storage
+        self.clock = clock
+        self.config = config
+        self.brokers = brokers
+        last = storage.read("rounds").orderBy(F.col("round_id").desc()).select(
+            "round_id", "now_ms", "inbox_version").limit(1).collect()
+        self._round_id = last[0]["round_id"] if last else 0
+        self._last_round_ms = last[0]["now_ms"] if last else None
+        self._inbox_version = last[0]["inbox_version"] if last else 0
+        views.register_views(spark, storage, brokers, config["min.insync.replicas"])
+
+    # -- factories ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, spark: SparkSession, root: str, brokers: int = 3, config: Mapping[str, Any] | None = None,
+               clock: Clock | None = None) -> "Cluster":
+        """A new cluster at `root` with `brokers` empty brokers (ids 0..brokers-1)."""
+        if isinstance(brokers, bool) or not isinstance(brokers, int) or brokers < 1:
+            raise ValueError(f"brokers must be an int >= 1, got {brokers!r}")
+        full = validate_cluster_config(config)
+        storage = Storage(spark, root)
+        if storage.exists():
+            raise ReplogError(ErrorCode.CLUSTER_ALREADY_EXISTS, f"{storage.root} already holds a cluster")
+        clock = clock or SystemClock()
+        ids = list(range(brokers))
+        storage.create_tables(ids)
+        now = clock.now_ms()
+        storage.append_table(spark.createDataFrame(
+            [(b, storage.broker_root(b), False, None, now) for b in ids], BROKERS_SCHEMA), "brokers")
+        storage._create(storage.path("cluster"), CLUSTER_SCHEMA, {})
+        storage.append_table(spark.createDataFrame(
+            [(str(uuid.uuid4()), brokers, to_json(full), now)], CLUSTER_SCHEMA), "cluster")
+        return cls(spark, storage, clock, full, ids)
+
+    @classmethod
+    def open(cls, spark: SparkSession, root: str, clock: Clock | None = None) -> "Cluster":
+        """The cluster at `root`; CLUSTER_NOT_FOUND when there is none."""
+        storage = Storage(spark, root)
+        if not storage.exists():
+            raise ReplogError(ErrorCode.CLUSTER_NOT_FOUND, f"{storage.root} holds no cluster (use Cluster.create)")
+        row = storage.read("cluster").first()
+        if row is None:
+            raise ReplogError(ErrorCode.CLUSTER_NOT_FOUND, f"{storage.root} holds no complete cluster")
+        brokers = sorted(r["broker"] for r in storage.read("brokers").select("broker").collect())
+        return cls(spark, storage, clock or SystemClock(), json.loads(row["config"]), brokers)
+
+    # -- topics ------------------------------------------------------------------------------
+    def _topic(self, topic: str):
+        return self.storage.read("topics").filter(F.col("topic") == topic).first()
+
+    def create_topic(self, topic: str, partitions: int = 1, replication_factor: int = 1,
+                     config: Mapping[str, Any] | None = None) -> None:
+        """A topic with Kafka's replica assignment; its leaders are the first replicas."""
+        _validate_topic_name(topic)
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise ReplogError(ErrorCode.INVALID_PARTITIONS, f"partitions must be an int >= 1, got {partitions!r}")
+        rf = replication_factor
+        if isinstance(rf, bool) or not isinstance(rf, int) or not 1 <= rf <= len(self.brokers):
+            raise ReplogError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                              f"replication factor must be between 1 and the broker count {len(self.brokers)}, got {rf!r}")
+        overrides = validate_topic_config(config, rf)
+        if self._topic(topic) is not None:
+            raise ReplogError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic '{topic}' already exists")
+        now = self.clock.now_ms()
+        start = self.storage.read("topics").count() % len(self.brokers)
+        assignment = assign_replicas(self.brokers, partitions, rf, start_index=start)
+        self.storage.append_table(self.spark.createDataFrame(
+            [(topic, p, r[0], 0, 0, r, r, 0, self._round_id) for p, r in enumerate(assignment)],
+            PARTITIONS_SCHEMA), "partitions")
+        self.storage.append_table(self.spark.createDataFrame(
+            [(topic, p, b, 0, 0, 0, 0, now, 0, now, self._round_id) for p, r in enumerate(assignment) for b in r],
+            REPLICA_STATE_SCHEMA), "replica_state")
+        # the topic row last: a topic is visible to producers only once all its partitions are
+        self.storage.append_table(self.spark.createDataFrame(
+            [(topic, partitions, rf, to_json(overrides), now)], TOPICS_SCHEMA), "topics")
+
+    def topics(self) -> DataFrame:
+        return self.storage.read("topics")
+
+    # -- produce -----------------------------------------------------------------------------
+    def produce(self, topic: str, records: Any, acks: Any = 1) -> str:
+        """Appends a produce request to the inbox and returns its request id; the next round
+        appends it on the leaders. `records`: dicts with value (str|bytes|None), optional key and
+        partition, or a DataFrame with those columns."""
+        acks_value = parse_acks(acks)
+        if not isinstance(topic, str):
+            raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic must be a str, got {topic!r}")
+        meta = self._topic(topic)
+        partitions = meta["partitions"] if meta is not None else None
+        request_id = str(uuid.uuid4())
+        now = self.clock.now_ms()
+        if isinstance(records, DataFrame):
+            df = records_frame(records, topic, partitions, request_id, acks_value, now)
+        else:
+            if isinstance(records, (str, bytes, dict)) or not hasattr(records, "__iter__"):
+                raise ReplogError(ErrorCode.INVALID_RECORD, "records must be a list of dicts or a DataFrame")
+            df = self.spark.createDataFrame(record_rows(records, topic, partitions, request_id, acks_value, now),
+                                            INBOX_SCHEMA)
+        self.storage.append_table(df, "inbox")
+        return request_id
+
+    def produce_results(self) -> DataFrame:
+        """request_id, topic, partition, base_offset, last_offset, acks, status, error_code."""
+        return self.spark.sql(views.results_sql(self.storage))
+
+    # -- rounds ------------------------------------------------------------------------------
+    def _broker_states(self) -> tuple[dict[int, int | None], dict[int, int]]:
+        rows = self.storage.read("brokers").collect()  # O(brokers)
+        paused = {r["broker"]: r["changed_ms"] for r in rows if r["fetcher_paused"]}
+        throttles = {r["broker"]: r["fetch_max_bytes_per_round"] for r in rows
+                     if r["fetch_max_bytes_per_round"] is not None}
+        return paused, throttles
+
+    def run_round(self) -> RoundReport:
+        """One fetch round; the streaming job's foreachBatch runs the same code."""
+        paused, throttles = self._broker_states()
+        inputs = RoundInputs(
+            round_id=self._round_id + 1, now_ms=self.clock.now_ms(), last_inbox_version=self._inbox_version,
+            cluster_config=self.config, brokers=self.brokers, paused_brokers=paused, throttles=throttles,
+            previous_round_ms=self._last_round_ms)
+        report = run_round(self.spark, self.storage, inputs)
+        self._round_id = report.round_id
+        self._last_round_ms = report.now_ms
+        self._inbox_version = report.inbox_version
+        return report
+
+    def rounds(self) -> DataFrame:
+        return self.storage.read("rounds")
+
+    # -- state -------------------------------------------------------------------------------
+    def _check_topic(self, topic: str | None) -> None:
+        if topic is not None and self._topic(topic) is None:
+            raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic '{topic}'")
+
+    def describe(self, topic: str | None = None) -> DataFrame:
+        """topic, partition, leader, leader_epoch, replicas, isr, high_watermark, log_end_offset,
+        log_start_offset (plus partition_epoch and min_isr)."""
+        self._check_topic(topic)
+        df = self.spark.sql(views.partitions_sql(self.storage, self.config["min.insync.replicas"]))
+        return df if topic is None else df.filter(F.col("topic") == topic)
+
+    def replicas(self, topic: str | None = None) -> DataFrame:
+        """topic, partition, broker, is_leader, in_isr, log_end_offset, high_watermark, lag,
+        last_caught_up_time_ms."""
+        self._check_topic(topic)
+        df = self.spark.sql(views.replicas_sql(self.storage))
+        return df if topic is None else df.filter(F.col("topic") == topic)
+
+    def read(self, topic: str, partition: int | None = None, from_offset: int = 0, replica: int | None = None,
+             isolation: str = "read_committed") -> DataFrame:
+        """Records of a topic from one replica per partition (the leader by default):
+        read_committed stops at that replica's HW, read_uncommitted at its LEO."""
+        if isolation not in _ISOLATION:
+            raise ValueError(f"isolation must be one of {_ISOLATION}, got {isolation!r}")
+        meta = self._topic(topic) if isinstance(topic, str) else None
+        if meta is None:
+            raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
+        if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int)
+                                      or not 0 <= partition < meta["partitions"]):
+            raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{topic}' has no partition {partition!r}")
+        if replica is not None and replica not in self.brokers:
+            raise ReplogError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker {replica!r}")
+        if isinstance(from_offset, bool) or not isinstance(from_offset, int) or from_offset < 0:
+            raise ReplogError(ErrorCode.OFFSET_OUT_OF_RANGE, f"from_offset must be an int >= 0, got {from_offset!r}")
+        state = self.storage.read("replica_state").filter(F.col("topic") == topic)
+        if replica is None:
+            leaders = self.storage.read("partitions").filter(F.col("topic") == topic).select(
+                "topic", "partition", F.col("leader").alias("broker"))
+            state = state.join(leaders, on=["topic", "partition", "broker"], how="inner")
+        else:
+            state = state.filter(F.col("broker") == replica)
+        if partition is not None:
+            state = state.filter(F.col("partition") == partition)
+        upper = "high_watermark" if isolation == "read_committed" else "log_end_offset"
+        logs = self.spark.sql(views.logs_sql(self.storage, self.brokers)).filter(F.col("topic") == topic)
+        return (
+            logs.join(state.select("topic", "partition", "broker", "log_start_offset", upper),
+                      on=["topic", "partition", "broker"], how="inner")
+            .filter((F.col("offset") >= F.greatest(F.lit(from_offset), F.col("log_start_offset")))
+                    & (F.col("offset") < F.col(upper)))
+            .select("topic", "partition", "offset", "leader_epoch", "timestamp", "key", "value")
+        )
+
+    # -- fault hooks -------------------------------------------------------------------------
+    def _set_broker(self, broker: int, **changes: Any) -> None:
+        if broker not in self.brokers:
+            raise ReplogError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker {broker!r}")
+        row = self.storage.read("brokers").filter(F.col("broker") == broker).first().asDict()
+        row.update(changes)
+        self.storage.upsert(self.spark.createDataFrame([tuple(row[f] for f in BROKERS_SCHEMA.fieldNames())],
+                                                       BROKERS_SCHEMA), "brokers", ["broker"])
+
+    def pause_fetcher(self, broker: int) -> None:
+        """The broker stays alive but stops fetching (a stuck follower)."""
+        # remembered: the time of its last fetch, which Kafka's lag rule measures from
+        self._set_broker(broker, fetcher_paused=True, changed_ms=self._last_round_ms or self.clock.now_ms())
+
+    def resume_fetcher(self, broker: int) -> None:
+        self._set_broker(broker, fetcher_paused=False, changed_ms=self.clock.now_ms())
+
+    def throttle_fetcher(self, broker: int, max_bytes_per_round: int | None) -> None:
+        """At most `max_bytes_per_round` bytes per partition per round to this follower (a slow
+        follower; at least one record still moves). None lifts the throttle."""
+        if max_bytes_per_round is not None and (not isinstance(max_bytes_per_round, int) or max_bytes_per_round < 1):
+            raise ValueError(f"max_bytes_per_round must be an int >= 1 or None, got {max_bytes_per_round!r}")
+        self._set_broker(broker, fetch_max_bytes_per_round=max_bytes_per_round)

@@ -1,0 +1,129 @@
+"""Configuration with Kafka's key names and defaults, validated before anything is written."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from pipeline.errors import ErrorCode, ReplogError
+
+__all__ = ["ConfigKey", "CLUSTER_KEYS", "TOPIC_KEYS", "validate_cluster_config", "validate_topic_config",
+           "effective_topic_config", "to_json"]
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    name: str
+    kind: type
+    default: Any
+    check: Callable[[Any], bool]
+    rule: str
+    doc: str
+
+
+def _positive(v: Any) -> bool:
+    return v > 0
+
+
+def _non_negative(v: Any) -> bool:
+    return v >= 0
+
+
+def _any(_v: Any) -> bool:
+    return True
+
+
+def _retention(v: Any) -> bool:
+    return v == -1 or v >= 0
+
+
+_KEYS = [
+    # name, type, Kafka's default, check, rule text, doc
+    ConfigKey("replica.lag.time.max.ms", int, 30000, _positive, "> 0",
+              "a follower not caught up for longer than this leaves the ISR"),
+    ConfigKey("min.insync.replicas", int, 1, _positive, ">= 1",
+              "acks=all needs at least this many in-sync replicas"),
+    ConfigKey("unclean.leader.election.enable", bool, False, _any, "true|false",
+              "may an out-of-sync replica become leader"),
+    ConfigKey("replica.fetch.max.bytes", int, 1048576, _positive, "> 0",
+              "bytes per partition in one fetch response (at least one record)"),
+    ConfigKey("replica.fetch.response.max.bytes", int, 10485760, _positive, "> 0",
+              "bytes in one fetch response (at least one record)"),
+    ConfigKey("replica.fetch.wait.max.ms", int, 500, _positive, "> 0",
+              "the streaming job's trigger interval"),
+    ConfigKey("num.replica.fetchers", int, 1, _positive, "> 0",
+              "parallelism of a round's fetch stage"),
+    ConfigKey("message.max.bytes", int, 1048588, _positive, "> 0", "largest record accepted"),
+    ConfigKey("broker.session.timeout.ms", int, 9000, _positive, "> 0",
+              "a broker without heartbeat for this long is fenced"),
+    ConfigKey("broker.heartbeat.interval.ms", int, 2000, _positive, "> 0", "heartbeat period"),
+    ConfigKey("retention.ms", int, 604800000, _retention, "-1 or >= 0", "time retention of log records"),
+    ConfigKey("retention.bytes", int, -1, _retention, "-1 or >= 0", "size retention per partition"),
+    ConfigKey("max.incremental.fetch.session.cache.slots", int, 1000, _non_negative, ">= 0",
+              "fetch sessions the leader keeps"),
+]
+CLUSTER_KEYS: dict[str, ConfigKey] = {k.name: k for k in _KEYS}
+_TOPIC_NAMES = ["replica.lag.time.max.ms", "min.insync.replicas", "unclean.leader.election.enable",
+                "retention.ms", "retention.bytes", "message.max.bytes"]
+TOPIC_KEYS: dict[str, ConfigKey] = {name: CLUSTER_KEYS[name] for name in _TOPIC_NAMES}
+
+
+def _parse(key: ConfigKey, raw: Any) -> Any:
+    bad = ReplogError(ErrorCode.INVALID_CONFIG,
+                      f"'{key.name}' must be {key.kind.__name__} {key.rule}, got {raw!r}")
+    if key.kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
+            return raw.strip().lower() == "true"
+        raise bad
+    if isinstance(raw, bool):
+        raise bad
+    if isinstance(raw, int):
+        value = raw
+    elif isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
+        value = int(raw.strip())
+    else:
+        raise bad
+    if not key.check(value):
+        raise bad
+    return value
+
+
+def _validate(config: Mapping[str, Any] | None, keys: Mapping[str, ConfigKey], scope: str) -> dict[str, Any]:
+    if config is None:
+        return {}
+    if not isinstance(config, Mapping):
+        raise ReplogError(ErrorCode.INVALID_CONFIG, f"{scope} config must be a dict, got {type(config).__name__}")
+    out = {}
+    for name, raw in config.items():
+        if name not in keys:
+            raise ReplogError(ErrorCode.INVALID_CONFIG, f"unknown {scope} config key '{name}'")
+        out[name] = _parse(keys[name], raw)
+    return out
+
+
+def validate_cluster_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Every key known and well typed; returns the full config with Kafka's defaults filled in."""
+    given = _validate(config, CLUSTER_KEYS, "cluster")
+    return {name: given.get(name, key.default) for name, key in CLUSTER_KEYS.items()}
+
+
+def validate_topic_config(config: Mapping[str, Any] | None, replication_factor: int) -> dict[str, Any]:
+    """A topic's overrides, validated; min.insync.replicas may not exceed the replication factor."""
+    given = _validate(config, TOPIC_KEYS, "topic")
+    min_isr = given.get("min.insync.replicas")
+    if min_isr is not None and min_isr > replication_factor:
+        raise ReplogError(ErrorCode.INVALID_CONFIG,
+                          f"'min.insync.replicas' ({min_isr}) exceeds the replication factor ({replication_factor})")
+    return given
+
+
+def effective_topic_config(cluster_config: Mapping[str, Any], topic_overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The topic's view: its overrides over the cluster's values."""
+    return {name: topic_overrides.get(name, cluster_config[name]) for name in TOPIC_KEYS}
+
+
+def to_json(config: Mapping[str, Any]) -> str:
+    return json.dumps(dict(sorted(config.items())))

@@ -1,0 +1,42 @@
+"""Errors a user can cause, named by Kafka's error codes where Kafka has one."""
+
+from __future__ import annotations
+
+__all__ = ["ReplogError", "ErrorCode"]
+
+
+class ErrorCode:
+    """Kafka's error names (org.apache.kafka.common.protocol.Errors) used by this project."""
+
+    NONE = "NONE"
+    UNKNOWN_TOPIC_OR_PARTITION = "UNKNOWN_TOPIC_OR_PARTITION"
+    INVALID_REPLICATION_FACTOR = "INVALID_REPLICATION_FACTOR"
+    INVALID_PARTITIONS = "INVALID_PARTITIONS"
+    INVALID_TOPIC_EXCEPTION = "INVALID_TOPIC_EXCEPTION"
+    TOPIC_ALREADY_EXISTS = "TOPIC_ALREADY_EXISTS"
+    INVALID_REQUIRED_ACKS = "INVALID_REQUIRED_ACKS"
+    INVALID_CONFIG = "INVALID_CONFIG"
+    INVALID_RECORD = "INVALID_RECORD"
+    MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
+    NOT_ENOUGH_REPLICAS = "NOT_ENOUGH_REPLICAS"
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+    NOT_LEADER_OR_FOLLOWER = "NOT_LEADER_OR_FOLLOWER"
+    OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
+    OUT_OF_ORDER_SEQUENCE_NUMBER = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    DUPLICATE_SEQUENCE_NUMBER = "DUPLICATE_SEQUENCE_NUMBER"
+    CLUSTER_ALREADY_EXISTS = "CLUSTER_ALREADY_EXISTS"
+    CLUSTER_NOT_FOUND = "CLUSTER_NOT_FOUND"
+    BROKER_NOT_AVAILABLE = "BROKER_NOT_AVAILABLE"
+
+
+class ReplogError(Exception):
+    """An error a user caused; `code` is Kafka's error name, and nothing was written.
+
+    >>> ReplogError(ErrorCode.INVALID_CONFIG, "unknown key 'foo'").code
+    'INVALID_CONFIG'
+    """
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.detail = message

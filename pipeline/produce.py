@@ -1,0 +1,103 @@
+"""The producer side: validating records and turning them into inbox rows (client-side partitioning)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Iterable
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, IntegerType, StringType
+
+from pipeline.errors import ErrorCode, ReplogError
+from pipeline.partitioner import partition_for_key
+from pipeline.schemas import ACKS_ALL, INBOX_SCHEMA
+
+__all__ = ["parse_acks", "record_rows", "records_frame"]
+
+_ACKS = {0: 0, 1: 1, -1: ACKS_ALL, "0": 0, "1": 1, "-1": ACKS_ALL, "all": ACKS_ALL}
+_RECORD_FIELDS = {"key", "value", "partition", "producer_id", "producer_epoch", "sequence"}
+
+
+def parse_acks(acks: Any) -> int:
+    """0, 1, -1 or "all" (Kafka's `acks`); anything else is INVALID_REQUIRED_ACKS."""
+    if isinstance(acks, bool) or acks not in _ACKS:
+        raise ReplogError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be 0, 1, -1 or 'all', got {acks!r}")
+    return _ACKS[acks]
+
+
+def _to_bytes(value: Any, field: str, index: int) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise ReplogError(ErrorCode.INVALID_RECORD,
+                      f"record {index}: {field} must be str or bytes, got {type(value).__name__}")
+
+
+def _optional_int(record: dict, field: str, index: int) -> int | None:
+    value = record.get(field)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ReplogError(ErrorCode.INVALID_RECORD, f"record {index}: {field} must be an int, got {value!r}")
+    return value
+
+
+def record_rows(records: Iterable[dict], topic: str, partitions: int | None, request_id: str,
+                acks: int, now_ms: int) -> list[tuple]:
+    """Inbox rows for a list of records; keyed records go where Kafka's default partitioner puts
+    them, null keys round-robin from a random start. `partitions` is None for an unknown topic."""
+    rows = []
+    spread = random.randrange(partitions) if partitions else 0
+    for index, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise ReplogError(ErrorCode.INVALID_RECORD, f"record {index} must be a dict, got {type(record).__name__}")
+        unknown = set(record) - _RECORD_FIELDS
+        if unknown:
+            raise ReplogError(ErrorCode.INVALID_RECORD, f"record {index} has unknown fields {sorted(unknown)}")
+        if "value" not in record:
+            raise ReplogError(ErrorCode.INVALID_RECORD, f"record {index} has no 'value'")
+        key = _to_bytes(record.get("key"), "key", index)
+        value = _to_bytes(record["value"], "value", index)
+        partition = _optional_int(record, "partition", index)
+        if partition is None and partitions:
+            partition = partition_for_key(key, partitions) if key is not None else (spread + index) % partitions
+        rows.append((request_id, index, topic, partition, key, value, acks, now_ms,
+                     _optional_int(record, "producer_id", index), _optional_int(record, "producer_epoch", index),
+                     _optional_int(record, "sequence", index)))
+    if not rows:
+        raise ReplogError(ErrorCode.INVALID_RECORD, "no records to produce")
+    return rows
+
+
+def records_frame(df: DataFrame, topic: str, partitions: int | None, request_id: str, acks: int,
+                  now_ms: int) -> DataFrame:
+    """Inbox rows for a DataFrame of records (columns key, value, optional partition)."""
+    columns = set(df.columns)
+    if "value" not in columns:
+        raise ReplogError(ErrorCode.INVALID_RECORD, "the records DataFrame has no 'value' column")
+    extra = columns - _RECORD_FIELDS
+    if extra:
+        raise ReplogError(ErrorCode.INVALID_RECORD, f"the records DataFrame has unknown columns {sorted(extra)}")
+    for field in ("key", "value"):
+        if field in columns and not isinstance(df.schema[field].dataType, (StringType, BinaryType)):
+            raise ReplogError(ErrorCode.INVALID_RECORD,
+                              f"column '{field}' must be string or binary, got {df.schema[field].dataType.simpleString()}")
+    key = F.col("key").cast("binary") if "key" in columns else F.lit(None).cast("binary")
+    explicit = F.col("partition").cast("int") if "partition" in columns else F.lit(None).cast("int")
+    index = F.monotonically_increasing_id()
+    if partitions:
+        by_key = F.udf(lambda k: partition_for_key(bytes(k), partitions), IntegerType())(key)
+        spread = F.pmod(index + F.lit(random.randrange(partitions)), F.lit(partitions)).cast("int")
+        partition = F.coalesce(explicit, F.when(key.isNotNull(), by_key).otherwise(spread))
+    else:
+        partition = explicit
+    optional = {c: (F.col(c) if c in columns else F.lit(None)) for c in ("producer_id", "producer_epoch", "sequence")}
+    out = df.select(
+        F.lit(request_id).alias("request_id"), index.alias("record_index"), F.lit(topic).alias("topic"),
+        partition.alias("partition"), key.alias("key"), F.col("value").cast("binary").alias("value"),
+        F.lit(acks).alias("acks"), F.lit(now_ms).alias("timestamp"),
+        *[optional[c].alias(c) for c in optional],
+    )
+    return out.select([F.col(f.name).cast(f.dataType) for f in INBOX_SCHEMA.fields])

@@ -1,0 +1,193 @@
+"""Kafka's replication rules as pure DataFrame transformations (no I/O).
+
+The frames are keyed by (topic, partition) and, for replica rows, broker. A reader who knows
+Kafka finds each rule by its name: leader append (offset assignment), the follower fetch state the
+leader keeps (Replica.updateFetchState), the leader high watermark (Partition.maybeIncrementLeaderHW),
+the fetch response, and the follower's append and high watermark.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from pipeline.errors import ErrorCode
+from pipeline.isr import is_caught_up
+from pipeline.schemas import ACKS_ALL, NO_LEADER
+
+__all__ = [
+    "RECORD_OVERHEAD_BYTES",
+    "record_size",
+    "validate_produce_requests",
+    "assign_offsets",
+    "with_effective_fetch_state",
+    "update_follower_fetch_state",
+    "maybe_increment_leader_hw",
+    "fetch_response_records",
+    "follower_log_end",
+]
+
+PARTITION_KEY = ["topic", "partition"]
+# Framing bytes counted per record besides key and value (Kafka's v2 record header is up to ~21).
+RECORD_OVERHEAD_BYTES = 21
+
+
+def record_size(key: Column, value: Column) -> Column:
+    """Bytes a record counts for in fetch limits and message.max.bytes."""
+    return F.coalesce(F.octet_length(key), F.lit(0)) + F.coalesce(F.octet_length(value), F.lit(0)) + RECORD_OVERHEAD_BYTES
+
+
+def _is_under_min_isr(isr: Column, min_isr: Column) -> Column:
+    return F.size(isr) < min_isr
+
+
+def validate_produce_requests(inbox_df: DataFrame, partitions_df: DataFrame) -> DataFrame:
+    """Adds `error_code` per inbox row: the leader's checks on a produce request, per partition.
+
+    partitions_df: topic, partition, leader, leader_epoch, isr, min_isr, message_max_bytes.
+    An error on any record of a (request, partition) fails that whole part of the request, as a
+    Kafka batch fails whole.
+    """
+    joined = inbox_df.join(partitions_df, on=PARTITION_KEY, how="left")
+    row_error = (
+        F.when(F.col("leader").isNull(), F.lit(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+        .when(F.col("leader") == NO_LEADER, F.lit(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+        .when((F.col("acks") == ACKS_ALL) & _is_under_min_isr(F.col("isr"), F.col("min_isr")),
+              F.lit(ErrorCode.NOT_ENOUGH_REPLICAS))
+        .when(record_size(F.col("key"), F.col("value")) > F.col("message_max_bytes"),
+              F.lit(ErrorCode.MESSAGE_TOO_LARGE))
+    )
+    per_request = Window.partitionBy("request_id", "topic", "partition")
+    return joined.withColumn("error_code", F.first(row_error, ignorenulls=True).over(per_request))
+
+
+def assign_offsets(valid_df: DataFrame, leader_df: DataFrame) -> DataFrame:
+    """Leader append: offsets per partition from the leader's LEO, in produce order.
+
+    valid_df: accepted inbox rows with `_commit_version`; leader_df: topic, partition, leader,
+    leader_epoch, leader_leo. Returns log rows plus `leader`, `request_id`, `acks`.
+    """
+    order = Window.partitionBy(*PARTITION_KEY).orderBy("_commit_version", "request_id", "record_index")
+    return (
+        valid_df.join(leader_df.select(*PARTITION_KEY, "leader", "leader_epoch", "leader_leo"), on=PARTITION_KEY,
+                      how="inner")
+        .withColumn("offset", F.col("leader_leo") + F.row_number().over(order) - 1)
+        .select(*PARTITION_KEY, "offset", F.col("leader_epoch").cast("int"), "timestamp", "key", "value",
+                "producer_id", "producer_epoch", "sequence", F.col("leader").alias("broker"),
+                "request_id", "acks")
+    )
+
+
+def with_effective_fetch_state(followers_df: DataFrame) -> DataFrame:
+    """The fetch state of a follower whose row was not rewritten since its broker last fetched.
+
+    A partition whose leader LEO and follower LEO did not change is not rewritten each round;
+    its follower kept fetching (unless paused) at the leader's unchanged LEO, so Kafka's rule gives
+    last_fetch_time = last_caught_up = the broker's last fetch (`broker_last_fetch_ms`).
+    """
+    quiescent = (F.col("fetch_offset") >= F.col("leader_leo_before")) & F.col("broker_last_fetch_ms").isNotNull()
+    later = F.greatest(F.col("last_fetch_time_ms"), F.col("broker_last_fetch_ms"))
+    return (
+        followers_df
+        .withColumn("last_fetch_time_ms", F.when(quiescent, later).otherwise(F.col("last_fetch_time_ms")))
+        .withColumn("last_caught_up_time_ms",
+                    F.when(quiescent, F.greatest(F.col("last_caught_up_time_ms"), later))
+                    .otherwise(F.col("last_caught_up_time_ms")))
+        .withColumn("last_fetch_leader_leo",
+                    F.when(quiescent, F.col("leader_leo_before")).otherwise(F.col("last_fetch_leader_leo")))
+    )
+
+
+def update_follower_fetch_state(fetch_df: DataFrame, now_ms: int) -> DataFrame:
+    """Kafka's Replica.updateFetchState: the leader's view of a follower after a fetch at `now_ms`.
+
+    fetch_df: follower rows with `fetch_offset` (the offset requested, i.e. the follower's LEO),
+    `leader_leo` (the leader's LEO when the fetch arrives), and the previous last_fetch_time_ms,
+    last_fetch_leader_leo, last_caught_up_time_ms.
+    """
+    now = F.lit(now_ms).cast("long")
+    caught_up_to_now = F.col("fetch_offset") >= F.col("leader_leo")
+    caught_up_to_last_fetch = F.col("fetch_offset") >= F.col("last_fetch_leader_leo")
+    last_caught_up = (
+        F.when(caught_up_to_now, F.greatest(F.col("last_caught_up_time_ms"), now))
+        .when(caught_up_to_last_fetch, F.greatest(F.col("last_caught_up_time_ms"), F.col("last_fetch_time_ms")))
+        .otherwise(F.col("last_caught_up_time_ms"))
+    )
+    return (
+        fetch_df.withColumn("last_caught_up_time_ms", last_caught_up)
+        .withColumn("last_fetch_leader_leo", F.col("leader_leo"))
+        .withColumn("last_fetch_time_ms", now)
+    )
+
+
+def maybe_increment_leader_hw(replicas_df: DataFrame, now_ms: int) -> DataFrame:
+    """Kafka's Partition.maybeIncrementLeaderHW, per partition.
+
+    replicas_df: one row per replica with is_leader, leader_leo, fetch_offset (followers: the LEO the
+    leader last saw), isr, replicas, min_isr, lag_time_max_ms, last_caught_up_time_ms and the
+    partition's `high_watermark` before. The new HW is the minimum LEO over the leader, the ISR and
+    caught-up replicas that may join it; it never moves back, and it does not move while the ISR is
+    smaller than min(min.insync.replicas, replication factor).
+    Returns topic, partition, high_watermark, hw_changed.
+    """
+    replica_leo = F.when(F.col("is_leader"), F.col("leader_leo")).otherwise(F.col("fetch_offset"))
+    counts = (
+        F.col("is_leader")
+        | F.array_contains(F.col("isr"), F.col("broker"))
+        | is_caught_up(F.col("fetch_offset"), F.col("leader_leo"), F.col("last_caught_up_time_ms"),
+                       F.lit(now_ms), F.col("lag_time_max_ms"))
+    )
+    per_partition = replicas_df.groupBy(*PARTITION_KEY).agg(
+        F.min(F.when(counts, replica_leo)).alias("candidate"),
+        F.max(F.when(F.col("is_leader"), F.col("high_watermark"))).alias("old_hw"),
+        F.first("isr").alias("isr"),
+        F.first("replicas").alias("replicas"),
+        F.first("min_isr").alias("min_isr"),
+    )
+    frozen = F.size(F.col("isr")) < F.least(F.col("min_isr"), F.size(F.col("replicas")))
+    new_hw = F.when(frozen, F.col("old_hw")).otherwise(F.greatest(F.col("old_hw"), F.col("candidate")))
+    return per_partition.select(
+        *PARTITION_KEY,
+        new_hw.alias("high_watermark"),
+        (new_hw != F.col("old_hw")).alias("hw_changed"),
+    )
+
+
+def fetch_response_records(fetch_df: DataFrame, leader_records_df: DataFrame) -> DataFrame:
+    """Records a leader returns per fetched partition: from the fetch offset, at most
+    `partition_max_bytes` per partition but always at least one record.
+
+    fetch_df: broker (the follower), topic, partition, fetch_offset, partition_max_bytes;
+    leader_records_df: log rows of the leaders. Returns log rows with broker = the follower.
+    """
+    order = Window.partitionBy("broker", *PARTITION_KEY).orderBy("offset")
+    size = record_size(F.col("key"), F.col("value"))
+    return (
+        leader_records_df.drop("broker")
+        .join(fetch_df.select("broker", *PARTITION_KEY, "fetch_offset", "partition_max_bytes"),
+              on=PARTITION_KEY, how="inner")
+        .filter(F.col("offset") >= F.col("fetch_offset"))
+        .withColumn("_bytes", F.sum(size).over(order))
+        .withColumn("_first", F.row_number().over(order) == 1)
+        .filter(F.col("_first") | (F.col("_bytes") <= F.col("partition_max_bytes")))
+        .drop("_bytes", "_first", "fetch_offset", "partition_max_bytes")
+    )
+
+
+def follower_log_end(fetch_df: DataFrame, response_df: DataFrame, hw_df: DataFrame) -> DataFrame:
+    """The follower after appending a response: LEO = fetch offset + records received;
+    HW = min(leader HW in the response, own LEO).
+
+    fetch_df: broker, topic, partition, fetch_offset, ...; response_df: records per follower;
+    hw_df: topic, partition, high_watermark (the leader's, after this fetch).
+    """
+    received = response_df.groupBy("broker", *PARTITION_KEY).agg(F.count(F.lit(1)).alias("records_received"))
+    return (
+        fetch_df.join(received, on=["broker", *PARTITION_KEY], how="left")
+        .join(hw_df.select(*PARTITION_KEY, F.col("high_watermark").alias("_response_hw")),
+              on=PARTITION_KEY, how="left")
+        .withColumn("records_received", F.coalesce(F.col("records_received"), F.lit(0)).cast("long"))
+        .withColumn("log_end_offset", F.col("fetch_offset") + F.col("records_received"))
+        .withColumn("high_watermark", F.least(F.col("_response_hw"), F.col("log_end_offset")))
+        .drop("_response_hw")
+    )

@@ -1,0 +1,151 @@
+"""Table schemas (the contracts between the rules and the Delta tables) and column names."""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+__all__ = [
+    "LOG_SCHEMA",
+    "INBOX_SCHEMA",
+    "TOPICS_SCHEMA",
+    "PARTITIONS_SCHEMA",
+    "REPLICA_STATE_SCHEMA",
+    "RESULTS_SCHEMA",
+    "ROUNDS_SCHEMA",
+    "BROKERS_SCHEMA",
+    "CLUSTER_SCHEMA",
+    "NO_LEADER",
+    "ACKS_ALL",
+]
+
+NO_LEADER = -1
+ACKS_ALL = -1
+
+
+def _s(*fields: tuple) -> StructType:
+    return StructType([StructField(name, dtype, nullable) for name, dtype, nullable in fields])
+
+
+# One table per broker: every replica that broker hosts (leader or follower).
+LOG_SCHEMA = _s(
+    ("topic", StringType(), False),
+    ("partition", IntegerType(), False),
+    ("offset", LongType(), False),
+    ("leader_epoch", IntegerType(), False),
+    ("timestamp", LongType(), False),
+    ("key", BinaryType(), True),
+    ("value", BinaryType(), True),
+    ("producer_id", LongType(), True),
+    ("producer_epoch", IntegerType(), True),
+    ("sequence", IntegerType(), True),
+)
+
+# Append-only produce inbox: many producers append, only the round assigns offsets.
+INBOX_SCHEMA = _s(
+    ("request_id", StringType(), False),
+    ("record_index", LongType(), False),
+    ("topic", StringType(), False),
+    ("partition", IntegerType(), True),
+    ("key", BinaryType(), True),
+    ("value", BinaryType(), True),
+    ("acks", IntegerType(), False),
+    ("timestamp", LongType(), False),
+    ("producer_id", LongType(), True),
+    ("producer_epoch", IntegerType(), True),
+    ("sequence", IntegerType(), True),
+)
+
+TOPICS_SCHEMA = _s(
+    ("topic", StringType(), False),
+    ("partitions", IntegerType(), False),
+    ("replication_factor", IntegerType(), False),
+    ("config", StringType(), False),  # JSON of the topic's overrides
+    ("created_ms", LongType(), False),
+)
+
+# Controller metadata: rewritten only for partitions whose leader or ISR changed.
+PARTITIONS_SCHEMA = _s(
+    ("topic", StringType(), False),
+    ("partition", IntegerType(), False),
+    ("leader", IntegerType(), False),
+    ("leader_epoch", IntegerType(), False),
+    ("partition_epoch", IntegerType(), False),
+    ("replicas", ArrayType(IntegerType(), False), False),
+    ("isr", ArrayType(IntegerType(), False), False),
+    ("leader_epoch_start_offset", LongType(), False),
+    ("round_id", LongType(), False),
+)
+
+# One row per replica: the replica's own log offsets, and the leader's view of it as a follower
+# (Kafka's ReplicaState: fetch_offset is the follower LEO the leader last saw).
+REPLICA_STATE_SCHEMA = _s(
+    ("topic", StringType(), False),
+    ("partition", IntegerType(), False),
+    ("broker", IntegerType(), False),
+    ("log_start_offset", LongType(), False),
+    ("log_end_offset", LongType(), False),
+    ("high_watermark", LongType(), False),
+    ("fetch_offset", LongType(), False),
+    ("last_fetch_time_ms", LongType(), False),
+    ("last_fetch_leader_leo", LongType(), False),
+    ("last_caught_up_time_ms", LongType(), False),
+    ("round_id", LongType(), False),
+)
+
+# Append-only: one row per (request, partition) each time its status changes; the newest wins.
+RESULTS_SCHEMA = _s(
+    ("request_id", StringType(), False),
+    ("topic", StringType(), False),
+    ("partition", IntegerType(), True),
+    ("base_offset", LongType(), True),
+    ("last_offset", LongType(), True),
+    ("record_count", LongType(), False),
+    ("acks", IntegerType(), False),
+    ("status", StringType(), False),
+    ("error_code", StringType(), True),
+    ("round_id", LongType(), False),
+)
+
+ROUNDS_SCHEMA = _s(
+    ("round_id", LongType(), False),
+    ("now_ms", LongType(), False),
+    ("inbox_version", LongType(), False),
+    ("fetch_request_partitions", LongType(), False),
+    ("fetch_response_partitions", LongType(), False),
+    ("records_appended", LongType(), False),
+    ("records_replicated", LongType(), False),
+    ("requests_acked", LongType(), False),
+    ("requests_failed", LongType(), False),
+    ("isr_shrinks", LongType(), False),
+    ("isr_expands", LongType(), False),
+    ("under_replicated_partitions", LongType(), False),
+    ("under_min_isr_partitions", LongType(), False),
+    ("at_min_isr_partitions", LongType(), False),
+    ("offline_partitions", LongType(), False),
+    ("max_lag", LongType(), False),
+    ("duration_ms", LongType(), False),
+)
+
+BROKERS_SCHEMA = _s(
+    ("broker", IntegerType(), False),
+    ("path", StringType(), False),
+    ("fetcher_paused", BooleanType(), False),
+    ("fetch_max_bytes_per_round", LongType(), True),
+    ("changed_ms", LongType(), False),
+)
+
+CLUSTER_SCHEMA = _s(
+    ("cluster_id", StringType(), False),
+    ("brokers", IntegerType(), False),
+    ("config", StringType(), False),
+    ("created_ms", LongType(), False),
+)

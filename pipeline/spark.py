@@ -1,0 +1,75 @@
+"""A SparkSession with Delta Lake configured from the jars `make setup` cached in the checkout."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+__all__ = ["get_spark", "delta_jars", "SparkSetupError"]
+
+JARS_DIR = Path(__file__).resolve().parent.parent / ".cache" / "jars"
+DELTA_CONFS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+FAST_CONFS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+    "spark.databricks.delta.stats.collect": "true",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.log.structuredLogging.enabled": "false",
+}
+
+
+class SparkSetupError(RuntimeError):
+    """The machine lacks what Spark needs (Java 17, the Delta jars)."""
+
+
+def delta_jars(jars_dir: Path = JARS_DIR) -> list[str]:
+    """The cached Delta jars (`delta-spark` and `delta-storage`); a clear error when missing."""
+    jars = sorted(str(p) for p in jars_dir.glob("delta-*.jar"))
+    names = " ".join(Path(j).name for j in jars)
+    if "delta-spark" not in names or "delta-storage" not in names:
+        raise SparkSetupError(
+            f"The Delta Lake jars are not in {jars_dir}; run 'make setup' (it downloads them once "
+            "from Maven Central)."
+        )
+    return jars
+
+
+def _check_java() -> None:
+    java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")) if os.environ.get(
+        "JAVA_HOME"
+    ) else shutil.which("java")
+    if java is None:
+        raise SparkSetupError("No Java found: install a Java 17 JDK (Spark 4.2 needs it) and retry.")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    if 'version "17' not in out:
+        first = out.splitlines()[0] if out else "unknown"
+        raise SparkSetupError(f"Spark 4.2 with Delta 4.4 needs Java 17, found: {first}.")
+
+
+def get_spark(master: str | None = None, app_name: str = "replog", extra: dict | None = None) -> SparkSession:
+    """A SparkSession with the Delta extension, from the cached jars (no network needed).
+
+    >>> spark = get_spark()                           # local[*]
+    >>> spark = get_spark(master="spark://host:7077")  # a standalone cluster
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None and master is None and not extra:
+        return active
+    _check_java()
+    builder = SparkSession.builder.appName(app_name).master(master or os.environ.get("REPLOG_MASTER", "local[2]"))
+    confs = {**FAST_CONFS, **DELTA_CONFS, "spark.jars": ",".join(delta_jars()), **(extra or {})}
+    for key, value in confs.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

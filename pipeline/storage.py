@@ -1,0 +1,130 @@
+"""Infrastructure: where the Delta tables live, how they are created, read and committed.
+
+Every commit a round makes is keyed by the round id (Delta's txnAppId/txnVersion), so a replayed
+round skips what was already committed.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from pipeline import schemas
+
+__all__ = ["Storage", "TXN_APP_ID"]
+
+TXN_APP_ID = "replog-round"
+CLUSTER_TABLES = {
+    "cluster": schemas.CLUSTER_SCHEMA,
+    "brokers": schemas.BROKERS_SCHEMA,
+    "topics": schemas.TOPICS_SCHEMA,
+    "partitions": schemas.PARTITIONS_SCHEMA,
+    "replica_state": schemas.REPLICA_STATE_SCHEMA,
+    "inbox": schemas.INBOX_SCHEMA,
+    "results": schemas.RESULTS_SCHEMA,
+    "rounds": schemas.ROUNDS_SCHEMA,
+}
+_PROPS = {
+    "delta.autoOptimize.optimizeWrite": "false",
+    "delta.checkpointInterval": "20",
+}
+_INBOX_PROPS = {**_PROPS, "delta.enableChangeDataFeed": "true", "delta.appendOnly": "true"}
+_STATE_PROPS = {**_PROPS, "delta.enableDeletionVectors": "true"}
+
+
+class Storage:
+    """Paths and I/O of one cluster root."""
+
+    def __init__(self, spark: SparkSession, root: str):
+        self.spark = spark
+        self.root = os.path.abspath(root)
+
+    # -- paths -------------------------------------------------------------------------------
+    def path(self, table: str) -> str:
+        return os.path.join(self.root, "cluster", table)
+
+    def broker_root(self, broker: int) -> str:
+        return os.path.join(self.root, "brokers", str(broker))
+
+    def log_path(self, broker: int) -> str:
+        return os.path.join(self.broker_root(broker), "log")
+
+    def exists(self) -> bool:
+        return os.path.isdir(os.path.join(self.path("cluster"), "_delta_log"))
+
+    # -- creation ----------------------------------------------------------------------------
+    def _create(self, path: str, schema: StructType, props: dict[str, str]) -> None:
+        builder = DeltaTable.createIfNotExists(self.spark).location(path).addColumns(schema)
+        for key, value in props.items():
+            builder = builder.property(key, value)
+        builder.execute()
+
+    def create_tables(self, brokers: list[int]) -> None:
+        for name, schema in CLUSTER_TABLES.items():
+            if name == "cluster":
+                continue  # written last: its presence marks a complete cluster
+            props = _INBOX_PROPS if name == "inbox" else _STATE_PROPS if name in ("replica_state", "partitions") else _PROPS
+            self._create(self.path(name), schema, props)
+        for broker in brokers:
+            self.create_log(broker)
+
+    def create_log(self, broker: int) -> None:
+        self._create(self.log_path(broker), schemas.LOG_SCHEMA, _PROPS)
+
+    # -- reads -------------------------------------------------------------------------------
+    def read(self, table: str) -> DataFrame:
+        return self.spark.read.format("delta").load(self.path(table))
+
+    def read_log(self, broker: int) -> DataFrame:
+        return self.spark.read.format("delta").load(self.log_path(broker))
+
+    def version(self, table: str) -> int:
+        """The table's newest version (reads the Delta log only, no data)."""
+        return DeltaTable.forPath(self.spark, self.path(table)).history(1).collect()[0]["version"]
+
+    def read_changes(self, table: str, after_version: int, to_version: int) -> DataFrame:
+        """Rows appended in versions (after_version, to_version] of an append-only CDF table."""
+        return (
+            self.spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", after_version + 1)
+            .option("endingVersion", to_version)
+            .load(self.path(table))
+        )
+
+    # -- writes ------------------------------------------------------------------------------
+    def append(self, df: DataFrame, path: str, round_id: int | None = None) -> None:
+        writer = df.write.format("delta").mode("append")
+        if round_id is not None:
+            writer = writer.option("txnAppId", TXN_APP_ID).option("txnVersion", round_id)
+        writer.save(path)
+
+    def append_table(self, df: DataFrame, table: str, round_id: int | None = None) -> None:
+        self.append(df, self.path(table), round_id)
+
+    @contextmanager
+    def _txn(self, round_id: int | None) -> Iterator[None]:
+        conf = self.spark.conf
+        if round_id is None:
+            yield
+            return
+        conf.set("spark.databricks.delta.write.txnAppId", TXN_APP_ID)
+        conf.set("spark.databricks.delta.write.txnVersion", str(round_id))
+        try:
+            yield
+        finally:
+            conf.unset("spark.databricks.delta.write.txnAppId")
+            conf.unset("spark.databricks.delta.write.txnVersion")
+
+    def upsert(self, df: DataFrame, table: str, keys: list[str], round_id: int | None = None) -> None:
+        """MERGE rows by key: update all columns when matched, insert otherwise."""
+        condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+        target = DeltaTable.forPath(self.spark, self.path(table))
+        with self._txn(round_id):
+            (target.alias("t").merge(df.alias("s"), condition)
+             .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Idempotent set-up: checks Java 17, creates .venv, installs the package with its test extras and
+# fetches the Delta Lake jars once into .cache/jars (later runs need no network).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DELTA_JAR_VERSION=4.4.0      # newest delta-spark_4.2_2.13 on Maven Central; the Python package is 4.4.1
+SPARK_BINARY=4.2
+SCALA=2.13
+MAVEN=https://repo1.maven.org/maven2
+
+if ! command -v java >/dev/null 2>&1; then
+  echo "setup: no 'java' on PATH. Install a Java 17 JDK (Debian: apt-get install openjdk-17-jdk-headless) and run 'make setup' again." >&2
+  exit 1
+fi
+java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)
+if [ "$java_major" != "17" ]; then
+  echo "setup: Java ${java_major:-unknown} found, but Spark 4.2 with Delta 4.4 needs Java 17. Install a Java 17 JDK and put it first on PATH (or set JAVA_HOME)." >&2
+  exit 1
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3.11 -m venv .venv 2>/dev/null || python3 -m venv .venv
+fi
+stamp=.venv/.installed-$(cat pyproject.toml | sha1sum | cut -c1-12)
+if [ ! -f "$stamp" ]; then
+  .venv/bin/pip install -q -e '.[test]'
+  touch "$stamp"
+fi
+
+mkdir -p .cache/jars
+fetch() {  # group-path artifact version
+  local dest=".cache/jars/$2-$3.jar"
+  [ -s "$dest" ] && return 0
+  local url="$MAVEN/$1/$2/$3/$2-$3.jar"
+  if ! curl -fsSL --retry 3 -o "$dest.part" "$url" || ! curl -fsSL --retry 3 -o "$dest.sha1" "$url.sha1"; then
+    rm -f "$dest.part" "$dest.sha1"
+    echo "setup: could not download $2-$3.jar from Maven Central ($url). Check that Maven Central is reachable and run 'make setup' again." >&2
+    exit 1
+  fi
+  if [ "$(sha1sum "$dest.part" | cut -d' ' -f1)" != "$(cut -c1-40 "$dest.sha1")" ]; then
+    rm -f "$dest.part" "$dest.sha1"
+    echo "setup: checksum mismatch for $2-$3.jar; run 'make setup' again." >&2
+    exit 1
+  fi
+  mv "$dest.part" "$dest" && rm -f "$dest.sha1"
+}
+fetch io/delta "delta-spark_${SPARK_BINARY}_${SCALA}" "$DELTA_JAR_VERSION"
+fetch io/delta delta-storage "$DELTA_JAR_VERSION"
+echo "setup: ready (.venv, Delta Lake $DELTA_JAR_VERSION jars in .cache/jars)"
