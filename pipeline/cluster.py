@@ -16,7 +16,7 @@ from pipeline.clock import Clock, SystemClock
 from pipeline.config import to_json, validate_cluster_config, validate_topic_config
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.produce import parse_acks, record_rows, records_frame
-from pipeline.round import RoundInputs, RoundReport, run_round
+from pipeline.round import RoundInputs, RoundReport, idle_round, run_round
 from pipeline.schemas import (BROKERS_SCHEMA, CLUSTER_SCHEMA, INBOX_SCHEMA, PARTITIONS_SCHEMA,
                               REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
 from pipeline.storage import Storage
@@ -50,11 +50,9 @@ class Cluster:
         self.clock = clock
         self.config = config
         self.brokers = brokers
-        last = storage.read("rounds").orderBy(F.col("round_id").desc()).select(
-            "round_id", "now_ms", "inbox_version").limit(1).collect()
-        self._round_id = last[0]["round_id"] if last else 0
-        self._last_round_ms = last[0]["now_ms"] if last else None
-        self._inbox_version = last[0]["inbox_version"] if last else 0
+        last = storage.read("rounds").orderBy(F.col("round_id").desc()).limit(1).collect()
+        self._last_report: RoundReport | None = RoundReport(**last[0].asDict()) if last else None
+        self._seen: tuple | None = None  # table versions and broker states at the last round
         views.register_views(spark, storage, brokers, config["min.insync.replicas"])
 
     # -- factories ---------------------------------------------------------------------------
@@ -158,17 +156,28 @@ class Cluster:
                      if r["fetch_max_bytes_per_round"] is not None}
         return paused, throttles
 
+    @property
+    def _round_id(self) -> int:
+        return self._last_report.round_id if self._last_report else 0
+
     def run_round(self) -> RoundReport:
-        """One fetch round; the streaming job's foreachBatch runs the same code."""
+        """One fetch round; the streaming job's foreachBatch runs the same code. A round with
+        nothing to do (no new produce request, every partition settled, no pending ack, no
+        metadata or broker change since the last round) only writes its metrics row."""
         paused, throttles = self._broker_states()
+        last = self._last_report
         inputs = RoundInputs(
-            round_id=self._round_id + 1, now_ms=self.clock.now_ms(), last_inbox_version=self._inbox_version,
+            round_id=self._round_id + 1, now_ms=self.clock.now_ms(),
+            last_inbox_version=last.inbox_version if last else 0,
             cluster_config=self.config, brokers=self.brokers, paused_brokers=paused, throttles=throttles,
-            previous_round_ms=self._last_round_ms)
-        report = run_round(self.spark, self.storage, inputs)
-        self._round_id = report.round_id
-        self._last_round_ms = report.now_ms
-        self._inbox_version = report.inbox_version
+            previous_round_ms=last.now_ms if last else None)
+        seen = (self.storage.version("inbox"), self.storage.version("partitions"), paused, throttles)
+        quiet = last is not None and last.active_partitions == 0 and last.pending_requests == 0
+        if quiet and seen == self._seen:
+            report = idle_round(self.spark, self.storage, inputs, last)
+        else:
+            report = run_round(self.spark, self.storage, inputs)
+        self._last_report, self._seen = report, seen
         return report
 
     def rounds(self) -> DataFrame:
@@ -240,7 +249,7 @@ class Cluster:
     def pause_fetcher(self, broker: int) -> None:
         """The broker stays alive but stops fetching (a stuck follower)."""
         # remembered: the time of its last fetch, which Kafka's lag rule measures from
-        self._set_broker(broker, fetcher_paused=True, changed_ms=self._last_round_ms or self.clock.now_ms())
+        self._set_broker(broker, fetcher_paused=True, changed_ms=self._last_report.now_ms if self._last_report else self.clock.now_ms())
 
     def resume_fetcher(self, broker: int) -> None:
         self._set_broker(broker, fetcher_paused=False, changed_ms=self.clock.now_ms())

@@ -132,6 +132,8 @@ ROUNDS_SCHEMA = _s(
     ("at_min_isr_partitions", LongType(), False),
     ("offline_partitions", LongType(), False),
     ("max_lag", LongType(), False),
+    ("active_partitions", LongType(), False),
+    ("pending_requests", LongType(), False),
     ("duration_ms", LongType(), False),
 )
 

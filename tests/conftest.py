@@ -1,0 +1,28 @@
+import pytest
+
+from pipeline import Cluster, ManualClock, get_spark
+
+
+@pytest.fixture(scope="session")
+def spark():
+    session = get_spark(extra={"spark.sql.shuffle.partitions": "1", "spark.default.parallelism": "2"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def clock():
+    return ManualClock(start_ms=0)
+
+
+@pytest.fixture
+def new_cluster(spark, tmp_path, clock):
+    """Factory: a fresh cluster under tmp_path (brokers, config)."""
+    count = {"n": 0}
+
+    def make(brokers=3, config=None):
+        count["n"] += 1
+        return Cluster.create(spark, str(tmp_path / f"cluster{count['n']}"), brokers=brokers, config=config,
+                              clock=clock)
+
+    return make

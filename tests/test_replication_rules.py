@@ -1,0 +1,107 @@
+"""Leader append, high watermark, fetch response and follower append rules with exact frames."""
+
+from chispa import assert_df_equality
+
+from pipeline.replication import (RECORD_OVERHEAD_BYTES, assign_offsets, fetch_response_records, follower_log_end,
+                                  maybe_increment_leader_hw, validate_produce_requests)
+
+HW_COLS = ("topic string, partition int, broker int, is_leader boolean, leader_leo long, fetch_offset long, "
+           "isr array<int>, replicas array<int>, min_isr int, lag_time_max_ms long, last_caught_up_time_ms long, "
+           "high_watermark long")
+HW_OUT = "topic string, partition int, high_watermark long, hw_changed boolean"
+
+
+def hw_rows(partition, leader_leo, follower_offsets, isr, old_hw=0, min_isr=1, caught_up_ms=0):
+    rows = [("t", partition, 0, True, leader_leo, leader_leo, isr, [0, 1, 2], min_isr, 100, 0, old_hw)]
+    for broker, offset in follower_offsets.items():
+        rows.append(("t", partition, broker, False, leader_leo, offset, isr, [0, 1, 2], min_isr, 100, caught_up_ms,
+                     old_hw))
+    return rows
+
+
+def test_hw_is_min_leo_over_leader_and_isr(spark):
+    rows = (hw_rows(0, 10, {1: 7, 2: 9}, [0, 1, 2])           # min over the ISR: 7
+            + hw_rows(1, 10, {1: 10, 2: 3}, [0, 1])           # 2 out of ISR and not caught up: 10
+            + hw_rows(2, 10, {1: 4, 2: 8}, [0, 1, 2], old_hw=6)  # never backwards: stays 6
+            + hw_rows(3, 10, {1: 10, 2: 10}, [0], min_isr=2, old_hw=2))  # ISR < min ISR: frozen
+    result = maybe_increment_leader_hw(spark.createDataFrame(rows, HW_COLS), now_ms=1000)
+    expected = [("t", 0, 7, True), ("t", 1, 10, True), ("t", 2, 6, False), ("t", 3, 2, False)]
+    assert_df_equality(result, spark.createDataFrame(expected, HW_OUT), ignore_row_order=True, ignore_nullable=True)
+
+
+def test_hw_waits_for_caught_up_replica_eligible_to_join(spark):
+    # broker 2 is not in the ISR but caught up within the lag: the HW waits for it (Kafka >= 2.x)
+    rows = hw_rows(0, 10, {1: 10, 2: 6}, [0, 1], caught_up_ms=950)
+    result = maybe_increment_leader_hw(spark.createDataFrame(rows, HW_COLS), now_ms=1000)
+    assert result.first()["high_watermark"] == 6
+
+
+def test_hw_frozen_only_below_min_of_min_isr_and_replication_factor(spark):
+    # min ISR 3 with 3 replicas all in ISR: advances
+    rows = hw_rows(0, 10, {1: 10, 2: 10}, [0, 1, 2], min_isr=3)
+    assert maybe_increment_leader_hw(spark.createDataFrame(rows, HW_COLS), now_ms=0).first()["high_watermark"] == 10
+
+
+INBOX_COLS = ("request_id string, record_index long, topic string, partition int, key binary, value binary, "
+              "acks int, timestamp long, producer_id long, producer_epoch int, sequence int, _commit_version long")
+META_COLS = "topic string, partition int, leader int, leader_epoch int, isr array<int>, min_isr int, message_max_bytes long"
+
+
+def inbox(spark, rows):
+    return spark.createDataFrame(
+        [(r, i, t, p, None, v, a, 0, None, None, None, ver) for r, i, t, p, v, a, ver in rows], INBOX_COLS)
+
+
+def test_validate_produce_requests_errors_per_request_partition(spark):
+    meta = spark.createDataFrame([("t", 0, 0, 3, [0, 1], 2, 100), ("t", 1, 1, 3, [1], 2, 100),
+                                  ("t", 2, -1, 3, [], 1, 100)], META_COLS)
+    big = b"x" * 200
+    rows = [("a", 0, "t", 0, b"v", -1, 1), ("b", 0, "t", 1, b"v", -1, 1), ("c", 0, "t", 1, b"v", 1, 1),
+            ("d", 0, "nope", 0, b"v", 1, 1), ("e", 0, "t", 9, b"v", 1, 1), ("f", 0, "t", 2, b"v", 1, 1),
+            ("g", 0, "t", 0, b"v", 1, 1), ("g", 1, "t", 0, big, 1, 1)]
+    result = validate_produce_requests(inbox(spark, rows), meta).select("request_id", "record_index", "error_code")
+    expected = [("a", 0, None), ("b", 0, "NOT_ENOUGH_REPLICAS"), ("c", 0, None),
+                ("d", 0, "UNKNOWN_TOPIC_OR_PARTITION"), ("e", 0, "UNKNOWN_TOPIC_OR_PARTITION"),
+                ("f", 0, "NOT_LEADER_OR_FOLLOWER"), ("g", 0, "MESSAGE_TOO_LARGE"), ("g", 1, "MESSAGE_TOO_LARGE")]
+    assert_df_equality(result, spark.createDataFrame(expected, "request_id string, record_index long, error_code string"),
+                       ignore_row_order=True, ignore_nullable=True)
+
+
+def test_assign_offsets_from_leader_leo_in_produce_order(spark):
+    rows = [("r2", 0, "t", 0, b"c", 1, 2), ("r1", 0, "t", 0, b"a", 1, 1), ("r1", 1, "t", 0, b"b", 1, 1),
+            ("r1", 2, "t", 1, b"x", 1, 1)]
+    leaders = spark.createDataFrame([("t", 0, 2, 4, 7), ("t", 1, 0, 4, 0)],
+                                    "topic string, partition int, leader int, leader_epoch int, leader_leo long")
+    result = assign_offsets(inbox(spark, rows), leaders).select("topic", "partition", "offset", "leader_epoch", "value",
+                                                                "broker")
+    expected = [("t", 0, 7, 4, b"a", 2), ("t", 0, 8, 4, b"b", 2), ("t", 0, 9, 4, b"c", 2), ("t", 1, 0, 4, b"x", 0)]
+    assert_df_equality(result, spark.createDataFrame(
+        expected, "topic string, partition int, offset long, leader_epoch int, value binary, broker int"),
+        ignore_row_order=True, ignore_nullable=True)
+
+
+LOG_COLS = "topic string, partition int, offset long, key binary, value binary, broker int"
+
+
+def test_fetch_response_from_fetch_offset_within_partition_max_bytes(spark):
+    size = RECORD_OVERHEAD_BYTES + 10
+    records = spark.createDataFrame([("t", 0, o, None, b"0123456789", 0) for o in range(6)], LOG_COLS)
+    fetch = spark.createDataFrame([(1, "t", 0, 2, 2 * size), (2, "t", 0, 5, 1)],
+                                  "broker int, topic string, partition int, fetch_offset long, partition_max_bytes long")
+    result = fetch_response_records(fetch, records).select("broker", "offset")
+    # broker 1: two records fit; broker 2: the limit fits none, but one record always goes
+    assert_df_equality(result, spark.createDataFrame([(1, 2), (1, 3), (2, 5)], "broker int, offset long"),
+                       ignore_row_order=True, ignore_nullable=True)
+
+
+def test_follower_log_end_and_hw_is_min_of_leader_hw_and_own_leo(spark):
+    fetch = spark.createDataFrame([(1, "t", 0, 5, 0), (2, "t", 0, 3, 0), (1, "t", 1, 4, 4)],
+                                  "broker int, topic string, partition int, fetch_offset long, high_watermark long")
+    response = spark.createDataFrame([("t", 0, o, None, b"v", 1) for o in (5, 6)], LOG_COLS)
+    hw = spark.createDataFrame([("t", 0, 5), ("t", 1, 4)], "topic string, partition int, high_watermark long")
+    result = follower_log_end(fetch, response, hw).select("broker", "topic", "partition", "log_end_offset",
+                                                          "high_watermark", "records_received")
+    expected = [(1, "t", 0, 7, 5, 2), (2, "t", 0, 3, 3, 0), (1, "t", 1, 4, 4, 0)]
+    assert_df_equality(result, spark.createDataFrame(
+        expected, "broker int, topic string, partition int, log_end_offset long, high_watermark long, "
+                  "records_received long"), ignore_row_order=True, ignore_nullable=True)
