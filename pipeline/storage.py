@@ -98,10 +98,12 @@ class Storage:
         )
 
     # -- writes ------------------------------------------------------------------------------
-    def append(self, df: DataFrame, path: str, round_id: int | None = None) -> None:
+    def append(self, df: DataFrame, path: str, round_id: int | None = None, step: str = "") -> None:
+        """Append; with a round id, idempotent per (table, step, round): a replay is skipped.
+        Two writes of one round to one table need different `step`s."""
         writer = df.write.format("delta").mode("append")
         if round_id is not None:
-            writer = writer.option("txnAppId", TXN_APP_ID).option("txnVersion", round_id)
+            writer = writer.option("txnAppId", f"{TXN_APP_ID}{step}").option("txnVersion", round_id)
         writer.save(path)
 
     def append_table(self, df: DataFrame, table: str, round_id: int | None = None) -> None:

@@ -1,0 +1,139 @@
+"""End to end on real Delta tables: 3 brokers, RF 3, acks=all committed in two rounds."""
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from pipeline import Cluster
+from pipeline.partitioner import partition_for_key
+
+DESCRIBE_COLS = ["topic", "partition", "leader", "leader_epoch", "replicas", "isr", "high_watermark",
+                 "log_end_offset", "log_start_offset"]
+DESCRIBE_SCHEMA = ("topic string, partition int, leader int, leader_epoch int, replicas array<int>, isr array<int>, "
+                   "high_watermark long, log_end_offset long, log_start_offset long")
+KEYS = [f"key-{i}" for i in range(12)]
+
+
+def describe(cluster):
+    return cluster.describe().select(*DESCRIBE_COLS)
+
+
+def per_partition(keys, partitions=4):
+    counts = [0] * partitions
+    for k in keys:
+        counts[partition_for_key(k.encode(), partitions)] += 1
+    return counts
+
+
+@pytest.fixture(scope="module")
+def scenario(spark, tmp_path_factory):
+    """Produce 12 keyed records with acks=all and 2 with acks=1, run three rounds, keep snapshots."""
+    from pipeline import ManualClock
+
+    clock = ManualClock(start_ms=1_000)
+    root = str(tmp_path_factory.mktemp("e2e") / "cluster")
+    cluster = Cluster.create(spark, root, brokers=3, clock=clock)
+    cluster.create_topic("orders", partitions=4, replication_factor=3, config={"min.insync.replicas": "2"})
+    all_id = cluster.produce("orders", [{"key": k, "value": f"value-{k}"} for k in KEYS], acks="all")
+    one_id = cluster.produce("orders", [{"key": "key-0", "value": "again"}, {"value": b"\x00\xff", "partition": 2}], acks=1)
+    snaps = []
+    for _ in range(3):
+        clock.advance(500)
+        report = cluster.run_round()
+        snaps.append({
+            "report": report,
+            "describe": describe(cluster).localCheckpoint(),
+            "results": cluster.produce_results().localCheckpoint(),
+            "uncommitted": cluster.read("orders", isolation="read_uncommitted").count(),
+            "committed": cluster.read("orders").count(),
+        })
+    return {"cluster": cluster, "snaps": snaps, "all_id": all_id, "one_id": one_id, "root": root, "clock": clock}
+
+
+def expected_leo():
+    counts = per_partition(KEYS)
+    counts[partition_for_key(b"key-0", 4)] += 1
+    counts[2] += 1  # the record with an explicit partition
+    return counts
+
+
+def test_round_one_appends_on_leaders_and_replicates_but_commits_nothing(spark, scenario):
+    snap = scenario["snaps"][0]
+    assert snap["report"].records_appended == 14
+    assert snap["report"].records_replicated == 28  # two followers each
+    assert snap["uncommitted"] == 14 and snap["committed"] == 0
+    statuses = {r["request_id"]: r["status"] for r in snap["results"].collect()}
+    assert statuses[scenario["all_id"]] == "pending" and statuses[scenario["one_id"]] == "acked"
+    hws = [r["high_watermark"] for r in snap["describe"].collect()]
+    assert hws == [0, 0, 0, 0]
+
+
+def test_round_two_advances_hw_from_follower_fetch_offsets_and_acks(spark, scenario):
+    snap = scenario["snaps"][1]
+    leo = expected_leo()
+    # assignment starts at broker 0: leaders 0,1,2,0 with shifted followers
+    expected = [("orders", p, r[0], 0, r, r, leo[p], leo[p], 0)
+                for p, r in enumerate([[0, 1, 2], [1, 2, 0], [2, 0, 1], [0, 2, 1]])]
+    assert_df_equality(snap["describe"], spark.createDataFrame(expected, DESCRIBE_SCHEMA),
+                       ignore_row_order=True, ignore_nullable=True)
+    assert snap["committed"] == 14
+    statuses = {(r["request_id"], r["partition"]): r["status"] for r in snap["results"].collect()}
+    assert set(statuses.values()) == {"acked"}
+    assert snap["report"].requests_acked == len([k for k in statuses if k[0] == scenario["all_id"]])
+
+
+def test_round_three_is_idle(scenario):
+    report = scenario["snaps"][2]["report"]
+    assert (report.records_appended, report.records_replicated, report.fetch_request_partitions,
+            report.fetch_response_partitions, report.active_partitions) == (0, 0, 0, 0, 0)
+
+
+def test_keyed_records_go_to_kafkas_default_partition(scenario):
+    rows = scenario["cluster"].read("orders").filter(F.col("value").startswith(F.lit(b"value-"))).collect()
+    for row in rows:
+        assert row["partition"] == partition_for_key(row["key"], 4)
+    assert len(rows) == 12
+
+
+def test_replicas_identical_below_hw_and_offsets_dense(spark, scenario):
+    cluster = scenario["cluster"]
+    per_replica = [cluster.read("orders", replica=b).select("partition", "offset", "leader_epoch", "key", "value")
+                   for b in range(3)]
+    for other in per_replica[1:]:
+        assert_df_equality(per_replica[0], other, ignore_row_order=True)
+    gaps = per_replica[0].groupBy("partition").agg(
+        (F.max("offset") - F.min("offset") + 1 - F.count("offset")).alias("gap"), F.min("offset").alias("lo"))
+    assert {(r["gap"], r["lo"]) for r in gaps.collect()} == {(0, 0)}
+
+
+def test_replicas_view_and_sql(spark, scenario):
+    cluster = scenario["cluster"]
+    rows = cluster.replicas("orders").collect()
+    assert len(rows) == 12
+    assert all(r["in_isr"] and r["lag"] == 0 for r in rows)
+    assert sum(r["is_leader"] for r in rows) == 4
+    under = spark.sql("SELECT * FROM replog.partitions WHERE size(isr) < size(replicas)").count()
+    assert under == 0
+    assert spark.sql("SELECT count(*) AS n FROM replog.rounds").first()["n"] == 3
+    assert spark.sql("SELECT count(*) AS n FROM replog.committed WHERE topic = 'orders'").first()["n"] == 14
+    assert spark.sql("SELECT count(*) AS n FROM replog.replicas WHERE NOT in_isr").first()["n"] == 0
+
+
+def test_binary_values_and_null_keys_round_trip(scenario):
+    values = {bytes(r["value"]) for r in scenario["cluster"].read("orders").collect()}
+    assert b"\x00\xff" in values and b"again" in values
+
+
+def test_read_from_offset_and_partition(scenario):
+    cluster = scenario["cluster"]
+    p = partition_for_key(b"key-0", 4)
+    leo = expected_leo()[p]
+    assert cluster.read("orders", partition=p, from_offset=1).count() == leo - 1
+
+
+def test_open_resumes_the_cluster(spark, scenario):
+    reopened = Cluster.open(spark, scenario["root"], clock=scenario["clock"])
+    assert reopened.brokers == [0, 1, 2]
+    assert_df_equality(describe(reopened), scenario["snaps"][1]["describe"], ignore_row_order=True)
+    scenario["clock"].advance(500)
+    assert reopened.run_round().round_id == 4
