@@ -21,7 +21,7 @@ _RECORD_FIELDS = {"key", "value", "partition", "producer_id", "producer_epoch", 
 
 def parse_acks(acks: Any) -> int:
     """0, 1, -1 or "all" (Kafka's `acks`); anything else is INVALID_REQUIRED_ACKS."""
-    if isinstance(acks, bool) or acks not in _ACKS:
+    if isinstance(acks, bool) or not isinstance(acks, (int, str)) or acks not in _ACKS:
         raise ReplogError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be 0, 1, -1 or 'all', got {acks!r}")
     return _ACKS[acks]
 
@@ -88,7 +88,8 @@ def records_frame(df: DataFrame, topic: str, partitions: int | None, request_id:
     explicit = F.col("partition").cast("int") if "partition" in columns else F.lit(None).cast("int")
     index = F.monotonically_increasing_id()
     if partitions:
-        by_key = F.udf(lambda k: partition_for_key(bytes(k), partitions), IntegerType())(key)
+        by_key = F.udf(lambda k: None if k is None else partition_for_key(bytes(k), partitions), IntegerType(),
+                       useArrow=False)(key)
         spread = F.pmod(index + F.lit(random.randrange(partitions)), F.lit(partitions)).cast("int")
         partition = F.coalesce(explicit, F.when(key.isNotNull(), by_key).otherwise(spread))
     else:

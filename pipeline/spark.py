@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -66,6 +67,9 @@ def get_spark(master: str | None = None, app_name: str = "replog", extra: dict |
     if active is not None and master is None and not extra:
         return active
     _check_java()
+    # Python workers (UDFs) run the same interpreter as the driver, with this package importable
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name).master(master or os.environ.get("REPLOG_MASTER", "local[2]"))
     confs = {**FAST_CONFS, **DELTA_CONFS, "spark.jars": ",".join(delta_jars()), **(extra or {})}
     for key, value in confs.items():

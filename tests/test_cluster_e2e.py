@@ -15,7 +15,7 @@ KEYS = [f"key-{i}" for i in range(12)]
 
 
 def describe(cluster):
-    return cluster.describe().select(*DESCRIBE_COLS)
+    return cluster.describe("orders").select(*DESCRIBE_COLS)
 
 
 def per_partition(keys, partitions=4):
@@ -36,6 +36,10 @@ def scenario(spark, tmp_path_factory):
     cluster.create_topic("orders", partitions=4, replication_factor=3, config={"min.insync.replicas": "2"})
     all_id = cluster.produce("orders", [{"key": k, "value": f"value-{k}"} for k in KEYS], acks="all")
     one_id = cluster.produce("orders", [{"key": "key-0", "value": "again"}, {"value": b"\x00\xff", "partition": 2}], acks=1)
+    cluster.create_topic("frames", partitions=3, replication_factor=2)
+    frame = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(6)] + [(None, "n0"), (None, "n1"), (None, "n2")],
+                                  "key string, value string")
+    cluster.produce("frames", frame, acks=0)
     snaps = []
     for _ in range(3):
         clock.advance(500)
@@ -59,8 +63,8 @@ def expected_leo():
 
 def test_round_one_appends_on_leaders_and_replicates_but_commits_nothing(spark, scenario):
     snap = scenario["snaps"][0]
-    assert snap["report"].records_appended == 14
-    assert snap["report"].records_replicated == 28  # two followers each
+    assert snap["report"].records_appended == 14 + 9
+    assert snap["report"].records_replicated == 28 + 9  # two followers each for orders, one for frames
     assert snap["uncommitted"] == 14 and snap["committed"] == 0
     statuses = {r["request_id"]: r["status"] for r in snap["results"].collect()}
     assert statuses[scenario["all_id"]] == "pending" and statuses[scenario["one_id"]] == "acked"
@@ -137,3 +141,25 @@ def test_open_resumes_the_cluster(spark, scenario):
     assert_df_equality(describe(reopened), scenario["snaps"][1]["describe"], ignore_row_order=True)
     scenario["clock"].advance(500)
     assert reopened.run_round().round_id == 4
+
+
+def test_dataframe_produce_uses_the_same_partitioner(spark, scenario):
+    rows = scenario["cluster"].read("frames").collect()
+    assert len(rows) == 9
+    for row in rows:
+        if row["key"] is not None:
+            assert row["partition"] == partition_for_key(bytes(row["key"]), 3)
+    statuses = {r["status"] for r in scenario["cluster"].produce_results().filter("topic = 'frames'").collect()}
+    assert statuses == {"acked"}  # acks=0 never waits
+
+
+def test_idle_round_writes_no_log_or_state(scenario):
+    cluster = scenario["cluster"]
+    tables = ["replica_state", "partitions", "results", "inbox"]
+    before = [cluster.storage.version(t) for t in tables]
+    logs = [cluster.storage.read_log(b).count() for b in cluster.brokers]
+    scenario["clock"].advance(60_000)
+    report = cluster.run_round()
+    assert report.fetch_request_partitions == 0 and report.records_replicated == 0
+    assert [cluster.storage.version(t) for t in tables] == before
+    assert [cluster.storage.read_log(b).count() for b in cluster.brokers] == logs
