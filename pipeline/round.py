@@ -234,10 +234,15 @@ def _results(validated: DataFrame, appended: DataFrame, pending: DataFrame, part
     ).cache()
 
 
-def _state_rows(replicas: DataFrame, hw: DataFrame, followers_after: DataFrame, round_id: int) -> DataFrame:
+def _state_rows(replicas: DataFrame, hw: DataFrame, followers: DataFrame, followers_after: DataFrame,
+                round_id: int) -> DataFrame:
     """Replica-state rows that changed: leaders that appended or moved their HW; followers whose
-    offsets moved or that are not quiescent (their fetch times matter for the lag rule)."""
+    offsets moved or that are not quiescent (their fetch times matter for the lag rule); and
+    non-fetching followers of partitions that just left quiescence, whose fetch state until now
+    was only implied by their broker's last fetch (so the lag is measured from it)."""
     cols = REPLICA_STATE_SCHEMA.fieldNames()[:-1]
+    implied = followers.filter(~F.col("fetched") & (F.col("appended") > 0)
+                               & (F.col("fetch_offset") >= F.col("leader_leo_before")))
     leaders = (
         replicas.filter("is_leader").join(hw.select(*PARTITION_KEY, F.col("high_watermark").alias("_hw")),
                                           on=PARTITION_KEY, how="left")
@@ -246,7 +251,9 @@ def _state_rows(replicas: DataFrame, hw: DataFrame, followers_after: DataFrame, 
         .withColumn("high_watermark", F.col("_hw"))
     )
     return (
-        leaders.select(*cols).unionByName(followers_after.filter(~F.col("is_settled") | F.col("moved")).select(*cols))
+        leaders.select(*cols)
+        .unionByName(followers_after.filter(~F.col("is_settled") | F.col("moved")).select(*cols))
+        .unionByName(implied.select(*cols))
         .withColumn("round_id", F.lit(round_id).cast("long"))
     ).cache()
 
@@ -339,7 +346,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
     pending_after = pending.unionByName(
         results.filter(F.col("status") == acks_rules.STATUS_PENDING).drop("round_id")
     ).join(results.filter(F.col("status") != acks_rules.STATUS_PENDING), on=REQUEST_KEY, how="left_anti")
-    state_out = _state_rows(replicas, hw, followers_after, round_id)
+    state_out = _state_rows(replicas, hw, followers, followers_after, round_id)
     figures = _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
                        results, pending_after, state_out)
 

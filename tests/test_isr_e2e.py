@@ -1,0 +1,75 @@
+"""A paused follower through rounds: lag expiry, shrink, HW advance with the smaller ISR, resume,
+catch-up and re-expansion, checking describe() after every round (lag 1000 ms, rounds 500 ms apart)."""
+
+import pytest
+
+from pipeline import Cluster, ManualClock
+
+COLS = ["leader", "isr", "partition_epoch", "high_watermark", "log_end_offset"]
+
+
+def state(cluster):
+    row = cluster.describe("t").first()
+    return tuple(row[c] for c in COLS)
+
+
+@pytest.fixture(scope="module")
+def run(spark, tmp_path_factory):
+    clock = ManualClock(start_ms=0)
+    cluster = Cluster.create(spark, str(tmp_path_factory.mktemp("isr") / "c"), brokers=3, clock=clock)
+    cluster.create_topic("t", partitions=1, replication_factor=3,
+                         config={"min.insync.replicas": "2", "replica.lag.time.max.ms": "1000"})
+    steps = []
+
+    def round_():
+        clock.advance(500)
+        report = cluster.run_round()
+        steps.append((clock.now_ms(), state(cluster), report, cluster.replicas("t").collect()))
+
+    first = cluster.produce("t", [{"value": "a"}, {"value": "b"}], acks="all")
+    round_()                              # t=500: appended, fetched
+    round_()                              # t=1000: committed
+    cluster.pause_fetcher(2)              # broker 2 stops fetching; its last fetch was at t=1000
+    second = cluster.produce("t", [{"value": "c"}], acks="all")
+    round_()                              # t=1500
+    round_()                              # t=2000: 1000 ms since broker 2 caught up: still in sync
+    round_()                              # t=2500: 1500 ms: shrink, HW jumps to 3
+    cluster.resume_fetcher(2)
+    round_()                              # t=3000: broker 2 fetches from 2, gets offset 2
+    round_()                              # t=3500: broker 2 at the HW: back in the ISR
+    return {"steps": steps, "cluster": cluster, "first": first, "second": second}
+
+
+def test_describe_after_every_round(run):
+    expected = [
+        (500, (0, [0, 1, 2], 0, 0, 2)),
+        (1000, (0, [0, 1, 2], 0, 2, 2)),
+        (1500, (0, [0, 1, 2], 0, 2, 3)),   # broker 2 paused: HW waits for it while it is in the ISR
+        (2000, (0, [0, 1, 2], 0, 2, 3)),   # exactly the lag since it last caught up: not yet out
+        (2500, (0, [0, 1], 1, 3, 3)),      # shrink persisted (partition epoch 1), HW advances
+        (3000, (0, [0, 1], 1, 3, 3)),      # resumed: fetched offset 2, not yet at the HW
+        (3500, (0, [0, 1, 2], 2, 3, 3)),   # fetch offset 3 >= HW 3: expands (partition epoch 2)
+    ]
+    assert [(t, s) for t, s, _, _ in run["steps"]] == expected
+
+
+def test_round_reports_count_the_isr_changes_and_health(run):
+    reports = [r for _, _, r, _ in run["steps"]]
+    assert [r.isr_shrinks for r in reports] == [0, 0, 0, 0, 1, 0, 0]
+    assert [r.isr_expands for r in reports] == [0, 0, 0, 0, 0, 0, 1]
+    assert [r.under_replicated_partitions for r in reports] == [0, 0, 0, 0, 1, 1, 0]
+    assert [r.at_min_isr_partitions for r in reports] == [0, 0, 0, 0, 1, 1, 0]
+
+
+def test_paused_follower_replica_state(run):
+    by_time = {t: {r["broker"]: r for r in rows} for t, _, _, rows in run["steps"]}
+    assert by_time[2000][2]["last_caught_up_time_ms"] == 1000
+    assert (by_time[2500][2]["in_isr"], by_time[2500][2]["lag"]) == (False, 1)
+    assert (by_time[3000][2]["log_end_offset"], by_time[3500][2]["in_isr"]) == (3, True)
+
+
+def test_acks_all_waits_for_the_isr_then_is_acked_after_the_shrink(run):
+    statuses = {r["request_id"]: r["status"] for r in run["cluster"].produce_results().collect()}
+    assert statuses == {run["first"]: "acked", run["second"]: "acked"}
+    acked_at = [t for t, _, r, _ in run["steps"] if r.requests_acked]
+    assert acked_at == [1000, 2500]
