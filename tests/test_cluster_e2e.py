@@ -149,6 +149,8 @@ def test_dataframe_produce_uses_the_same_partitioner(spark, scenario):
     for row in rows:
         if row["key"] is not None:
             assert row["partition"] == partition_for_key(bytes(row["key"]), 3)
+    null_key_partitions = {r["partition"] for r in rows if r["key"] is None}
+    assert len(null_key_partitions) == 3  # null keys spread over the partitions
     statuses = {r["status"] for r in scenario["cluster"].produce_results().filter("topic = 'frames'").collect()}
     assert statuses == {"acked"}  # acks=0 never waits
 

@@ -1,0 +1,51 @@
+"""Set-up failures stop with one sentence saying what to install, not a JVM stack trace."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipeline.spark import SparkSetupError, delta_jars
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_setup(tmp_path, java_script):
+    """setup.sh with a PATH holding only the few tools it uses before Java is checked, and `java`
+    when given: the machine's own Java is out of sight."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("dirname", "sed", "head"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    if java_script is not None:
+        java = bin_dir / "java"
+        java.write_text(java_script)
+        java.chmod(0o755)
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+    return subprocess.run([shutil.which("bash"), str(ROOT / "scripts" / "setup.sh")], capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def test_setup_without_java_says_what_to_install(tmp_path):
+    result = run_setup(tmp_path, None)
+    assert result.returncode == 1
+    assert "Install a Java 17 JDK" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_setup_with_wrong_java_version_says_what_to_install(tmp_path):
+    result = run_setup(tmp_path, f'#!{shutil.which("sh")}\necho \'openjdk version "11.0.2" 2019-01-15\' >&2\n')
+    assert result.returncode == 1
+    assert "Java 11 found" in result.stderr and "needs Java 17" in result.stderr
+    assert "Exception" not in result.stderr
+
+
+def test_missing_delta_jars_name_the_fix(tmp_path):
+    with pytest.raises(SparkSetupError, match="run 'make setup'"):
+        delta_jars(tmp_path)
+
+
+def test_cached_jars_are_found():
+    names = " ".join(Path(j).name for j in delta_jars())
+    assert "delta-spark_4.2_2.13" in names and "delta-storage" in names
