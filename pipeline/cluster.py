@@ -202,6 +202,17 @@ class Cluster:
         df = self.spark.sql(views.replicas_sql(self.storage))
         return df if topic is None else df.filter(F.col("topic") == topic)
 
+    def metrics(self) -> DataFrame:
+        """name, value, round_id, now_ms: UnderReplicatedPartitions, UnderMinIsrPartitionCount,
+        AtMinIsrPartitionCount, OfflinePartitionsCount, MaxLag, IsrShrinksPerSec, IsrExpandsPerSec."""
+        return self.spark.sql(views.metrics_sql(self.storage))
+
+    def laggiest_replicas(self, n: int = 10) -> DataFrame:
+        """The `n` followers furthest behind: topic, partition, broker, in_isr, lag_records, lag_ms."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be an int >= 1, got {n!r}")
+        return self.spark.sql(views.lagging_replicas_sql(self.storage)).limit(n)
+
     def read(self, topic: str, partition: int | None = None, from_offset: int = 0, replica: int | None = None,
              isolation: str = "read_committed") -> DataFrame:
         """Records of a topic from one replica per partition (the leader by default):

@@ -6,9 +6,13 @@ from pyspark.sql import SparkSession
 
 from pipeline.storage import Storage
 
-__all__ = ["partitions_sql", "replicas_sql", "results_sql", "logs_sql", "committed_sql", "register_views", "DATABASE"]
+__all__ = ["partitions_sql", "replicas_sql", "results_sql", "logs_sql", "committed_sql", "metrics_sql",
+           "lagging_replicas_sql", "register_views", "DATABASE", "RATE_WINDOW_MS"]
 
 DATABASE = "replog"
+# Kafka's *PerSec meters report a one-minute rate; here: events per second over the trailing minute
+# of the cluster clock.
+RATE_WINDOW_MS = 60_000
 
 
 def _t(storage: Storage, table: str) -> str:
@@ -61,9 +65,43 @@ JOIN {_t(storage, 'replica_state')} s
 WHERE l.offset >= s.log_start_offset AND l.offset < s.high_watermark"""
 
 
+def metrics_sql(storage: Storage) -> str:
+    """Kafka's replica-manager metrics, by their names, as of the newest round."""
+    rounds = _t(storage, "rounds")
+    gauges = ", ".join(f"'{name}', CAST({col} AS DOUBLE)" for name, col in [
+        ("UnderReplicatedPartitions", "under_replicated_partitions"),
+        ("UnderMinIsrPartitionCount", "under_min_isr_partitions"),
+        ("AtMinIsrPartitionCount", "at_min_isr_partitions"),
+        ("OfflinePartitionsCount", "offline_partitions"),
+        ("MaxLag", "max_lag"),
+        ("IsrShrinksPerSec", "shrinks_per_sec"),
+        ("IsrExpandsPerSec", "expands_per_sec"),
+    ])
+    return f"""
+WITH last AS (SELECT * FROM {rounds} ORDER BY round_id DESC LIMIT 1),
+     recent AS (SELECT CAST(coalesce(sum(r.isr_shrinks), 0) AS DOUBLE) / {RATE_WINDOW_MS // 1000} AS shrinks_per_sec,
+                       CAST(coalesce(sum(r.isr_expands), 0) AS DOUBLE) / {RATE_WINDOW_MS // 1000} AS expands_per_sec
+                FROM {rounds} r CROSS JOIN last WHERE r.now_ms > last.now_ms - {RATE_WINDOW_MS})
+SELECT stack(7, {gauges}) AS (name, value), last.round_id, last.now_ms
+FROM last CROSS JOIN recent"""
+
+
+def lagging_replicas_sql(storage: Storage) -> str:
+    """Followers by how far they lag: records behind the leader's LEO, and ms since last caught up
+    (by the cluster clock of the newest round)."""
+    return f"""
+SELECT r.topic, r.partition, r.broker, r.in_isr, r.lag AS lag_records,
+       CASE WHEN r.lag = 0 THEN 0 ELSE last.now_ms - r.last_caught_up_time_ms END AS lag_ms
+FROM ({replicas_sql(storage)}) r
+CROSS JOIN (SELECT max(now_ms) AS now_ms FROM {_t(storage, 'rounds')}) last
+WHERE NOT r.is_leader
+ORDER BY lag_records DESC, lag_ms DESC, r.topic, r.partition, r.broker"""
+
+
 def register_views(spark: SparkSession, storage: Storage, brokers: list[int], min_isr_default: int) -> None:
     """`replog.partitions`, `replog.replicas`, `replog.rounds`, `replog.produce_results`,
-    `replog.committed` in the session catalog, pointing at this cluster's tables."""
+    `replog.committed`, `replog.metrics`, `replog.lagging_replicas` in the session catalog,
+    pointing at this cluster's tables."""
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
     views = {
         "partitions": partitions_sql(storage, min_isr_default),
@@ -71,6 +109,8 @@ def register_views(spark: SparkSession, storage: Storage, brokers: list[int], mi
         "rounds": f"SELECT * FROM {_t(storage, 'rounds')}",
         "produce_results": results_sql(storage),
         "committed": committed_sql(storage, brokers),
+        "metrics": metrics_sql(storage),
+        "lagging_replicas": lagging_replicas_sql(storage),
     }
     for name, sql in views.items():
         spark.sql(f"CREATE OR REPLACE VIEW {DATABASE}.{name} AS {sql}")
