@@ -301,11 +301,11 @@ def _summary(appended, response, followers, followers_after, isr_changed, hw, pa
 
 # -- the round -------------------------------------------------------------------------------
 
-def _append_per_broker(storage: Storage, df: DataFrame, brokers: list[int], round_id: int, step: str) -> None:
+def _append_per_broker(storage: Storage, df: DataFrame, brokers: set[int], round_id: int) -> None:
     """One commit per broker that has rows (O(brokers) commits)."""
     for broker in sorted(brokers):
         storage.append(df.filter(F.col("broker") == broker).select(*LOG_SCHEMA.fieldNames()),
-                       storage.log_path(broker), round_id, step)
+                       storage.log_path(broker), round_id)
 
 
 def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> RoundReport:
@@ -350,11 +350,15 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
     figures = _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
                        results, pending_after, state_out)
 
-    _append_per_broker(storage, appended, figures["leader_brokers"], round_id, "-leader")    # commits
+    # commits: each broker's log once (its leader appends and its follower appends together), then
+    # the ISR changes, the replica state (HW), results, metrics
+    log_rows = appended.select(*LOG_SCHEMA.fieldNames(), "broker").unionByName(response.select(
+        *LOG_SCHEMA.fieldNames(), "broker"))
+    _append_per_broker(storage, log_rows, set(figures["leader_brokers"]) | set(figures["follower_brokers"]),
+                       round_id)
     if figures["isr_shrinks"] or figures["isr_expands"]:
         storage.upsert(isr_changed.withColumn("round_id", F.lit(round_id).cast("long"))
                        .select(*storage.read("partitions").columns), "partitions", PARTITION_KEY, round_id)
-    _append_per_broker(storage, response, figures["follower_brokers"], round_id, "-follower")
     if figures["state_rows"]:
         storage.upsert(state_out, "replica_state", REPLICA_KEY, round_id)
     if figures["result_rows"]:
