@@ -17,7 +17,7 @@ from pipeline.config import to_json, validate_cluster_config, validate_topic_con
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.produce import parse_acks, record_rows, records_frame
 from pipeline.round import RoundInputs, RoundReport, idle_round, run_round
-from pipeline.schemas import (BROKERS_SCHEMA, CLUSTER_SCHEMA, INBOX_SCHEMA, PARTITIONS_SCHEMA,
+from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLUSTER_SCHEMA, INBOX_SCHEMA, PARTITIONS_SCHEMA,
                               REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
 from pipeline.storage import Storage
 
@@ -166,13 +166,20 @@ class Cluster:
         metadata or broker change since the last round) only writes its metrics row."""
         paused, throttles = self._broker_states()
         last = self._last_report
+        now = self.clock.now_ms()
+        checked = last.retention_checked_ms if last else None
+        retention_due = checked is None or now - checked >= self.config["log.retention.check.interval.ms"]
         inputs = RoundInputs(
-            round_id=self._round_id + 1, now_ms=self.clock.now_ms(),
+            round_id=self._round_id + 1, now_ms=now,
             last_inbox_version=last.inbox_version if last else 0,
             cluster_config=self.config, brokers=self.brokers, paused_brokers=paused, throttles=throttles,
-            previous_round_ms=last.now_ms if last else None)
-        seen = (self.storage.version("inbox"), self.storage.version("partitions"), paused, throttles)
-        quiet = last is not None and last.active_partitions == 0 and last.pending_requests == 0
+            previous_round_ms=last.now_ms if last else None,
+            last_admin_version=last.admin_version if last else 0,
+            retention_due=retention_due, last_retention_check_ms=checked or 0)
+        seen = (self.storage.version("inbox"), self.storage.version("partitions"), self.storage.version("admin"),
+                paused, throttles)
+        quiet = (last is not None and last.active_partitions == 0 and last.pending_requests == 0
+                 and not retention_due)
         if quiet and seen == self._seen:
             report = idle_round(self.spark, self.storage, inputs, last)
         else:
@@ -213,10 +220,31 @@ class Cluster:
             raise ValueError(f"n must be an int >= 1, got {n!r}")
         return self.spark.sql(views.lagging_replicas_sql(self.storage)).limit(n)
 
-    def read(self, topic: str, partition: int | None = None, from_offset: int = 0, replica: int | None = None,
-             isolation: str = "read_committed") -> DataFrame:
-        """Records of a topic from one replica per partition (the leader by default):
-        read_committed stops at that replica's HW, read_uncommitted at its LEO."""
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """Kafka's DeleteRecords: moves the partition's log start offset to `before_offset` (-1: the
+        high watermark) at the next round; followers drop the same prefix. Returns the log start
+        offset the partition will have. OFFSET_OUT_OF_RANGE above the high watermark."""
+        meta = self._topic(topic) if isinstance(topic, str) else None
+        if meta is None or isinstance(partition, bool) or not isinstance(partition, int) \
+                or not 0 <= partition < meta["partitions"]:
+            raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {partition!r} of topic {topic!r}")
+        leader = self.describe(topic).filter(F.col("partition") == partition).first()
+        hw, start = leader["high_watermark"], leader["log_start_offset"]
+        if before_offset == -1 and not isinstance(before_offset, bool):
+            before_offset = hw
+        if isinstance(before_offset, bool) or not isinstance(before_offset, int) or not 0 <= before_offset <= hw:
+            raise ReplogError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                              f"before_offset must be -1 or between 0 and the high watermark {hw}, got {before_offset!r}")
+        self.storage.append_table(self.spark.createDataFrame(
+            [(str(uuid.uuid4()), "delete_records", topic, partition, before_offset, self.clock.now_ms())],
+            ADMIN_SCHEMA), "admin")
+        return max(start, before_offset)
+
+    def read(self, topic: str, partition: int | None = None, from_offset: int | None = None,
+             replica: int | None = None, isolation: str = "read_committed") -> DataFrame:
+        """Records of a topic from one replica per partition (the leader by default), from each
+        partition's log start offset or from `from_offset` (OFFSET_OUT_OF_RANGE when below the log
+        start offset): read_committed stops at that replica's HW, read_uncommitted at its LEO."""
         if isolation not in _ISOLATION:
             raise ValueError(f"isolation must be one of {_ISOLATION}, got {isolation!r}")
         meta = self._topic(topic) if isinstance(topic, str) else None
@@ -227,7 +255,8 @@ class Cluster:
             raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{topic}' has no partition {partition!r}")
         if replica is not None and replica not in self.brokers:
             raise ReplogError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker {replica!r}")
-        if isinstance(from_offset, bool) or not isinstance(from_offset, int) or from_offset < 0:
+        if from_offset is not None and (isinstance(from_offset, bool) or not isinstance(from_offset, int)
+                                        or from_offset < 0):
             raise ReplogError(ErrorCode.OFFSET_OUT_OF_RANGE, f"from_offset must be an int >= 0, got {from_offset!r}")
         state = self.storage.read("replica_state").filter(F.col("topic") == topic)
         if replica is None:
@@ -238,12 +267,19 @@ class Cluster:
             state = state.filter(F.col("broker") == replica)
         if partition is not None:
             state = state.filter(F.col("partition") == partition)
+        if from_offset is not None:
+            below = state.filter(F.col("log_start_offset") > from_offset).select(
+                "partition", "log_start_offset").limit(1).collect()
+            if below:
+                raise ReplogError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                                  f"offset {from_offset} is below the log start offset {below[0]['log_start_offset']} "
+                                  f"of partition {below[0]['partition']} of '{topic}'")
         upper = "high_watermark" if isolation == "read_committed" else "log_end_offset"
         logs = self.spark.sql(views.logs_sql(self.storage, self.brokers)).filter(F.col("topic") == topic)
         return (
             logs.join(state.select("topic", "partition", "broker", "log_start_offset", upper),
                       on=["topic", "partition", "broker"], how="inner")
-            .filter((F.col("offset") >= F.greatest(F.lit(from_offset), F.col("log_start_offset")))
+            .filter((F.col("offset") >= F.greatest(F.lit(from_offset or 0), F.col("log_start_offset")))
                     & (F.col("offset") < F.col(upper)))
             .select("topic", "partition", "offset", "leader_epoch", "timestamp", "key", "value")
         )

@@ -60,6 +60,8 @@ _KEYS = [
     ConfigKey("broker.heartbeat.interval.ms", int, 2000, _positive, "> 0", "heartbeat period"),
     ConfigKey("retention.ms", int, 604800000, _retention, "-1 or >= 0", "time retention of log records"),
     ConfigKey("retention.bytes", int, -1, _retention, "-1 or >= 0", "size retention per partition"),
+    ConfigKey("log.retention.check.interval.ms", int, 300000, _positive, "> 0",
+              "how often a round applies retention.ms / retention.bytes"),
     ConfigKey("max.incremental.fetch.session.cache.slots", int, 1000, _non_negative, ">= 0",
               "fetch sessions the leader keeps"),
 ]

@@ -15,6 +15,7 @@ from pyspark.sql.types import MapType, StringType
 
 from pipeline import acks as acks_rules
 from pipeline import isr as isr_rules
+from pipeline import log_start
 from pipeline import replication as rules
 from pipeline.schemas import LOG_SCHEMA, NO_LEADER, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA, ROUNDS_SCHEMA
 from pipeline.storage import Storage
@@ -48,6 +49,8 @@ class RoundReport:
     max_lag: int
     active_partitions: int
     pending_requests: int
+    admin_version: int
+    retention_checked_ms: int
     duration_ms: int
 
     def as_dict(self) -> dict[str, Any]:
@@ -66,6 +69,9 @@ class RoundInputs:
     paused_brokers: dict[int, int | None]  # broker -> its last fetch time before the pause
     throttles: dict[int, int]  # broker -> max bytes per partition per round
     previous_round_ms: int | None
+    last_admin_version: int = 0
+    retention_due: bool = False
+    last_retention_check_ms: int = 0
 
 
 # -- reading the inputs (pinned with localCheckpoint: the round writes to the same tables) ------
@@ -82,6 +88,8 @@ def _partition_meta(storage: Storage, config: dict[str, Any]) -> DataFrame:
         setting("min.insync.replicas", "int").alias("min_isr"),
         setting("replica.lag.time.max.ms", "long").alias("lag_time_max_ms"),
         setting("message.max.bytes", "long").alias("message_max_bytes"),
+        setting("retention.ms", "long").alias("retention_ms"),
+        setting("retention.bytes", "long").alias("retention_bytes"),
     )
     return storage.read("partitions").join(topics, on="topic", how="inner").drop("round_id")
 
@@ -106,7 +114,7 @@ def _read_replicas(spark: SparkSession, storage: Storage, inputs: RoundInputs) -
     leader_offsets = state.join(meta.select(*PARTITION_KEY, F.col("leader").alias("broker")),
                                 on=["broker", *PARTITION_KEY], how="inner").select(
         *PARTITION_KEY, F.col("log_end_offset").alias("leader_leo_before"),
-        F.col("high_watermark").alias("leader_hw_before"))
+        F.col("high_watermark").alias("leader_hw_before"), F.col("log_start_offset").alias("leader_lso_before"))
     replicas = (
         state.join(meta, on=PARTITION_KEY, how="inner")
         .join(leader_offsets, on=PARTITION_KEY, how="left")
@@ -123,6 +131,42 @@ def _read_inbox(spark: SparkSession, storage: Storage, last_version: int) -> tup
     else:
         inbox = storage.read("inbox").limit(0).withColumn("_commit_version", F.lit(0).cast("long"))
     return inbox, max(version, last_version)
+
+
+def _log_start_requests(spark: SparkSession, storage: Storage, inputs: RoundInputs,
+                        replicas: DataFrame) -> tuple[DataFrame | None, int]:
+    """Per partition, the log start offset asked for by new delete_records requests and, when the
+    retention check is due, by retention.ms / retention.bytes: (topic, partition, requested_lso)."""
+    version = storage.version("admin")
+    asks = []
+    if version > inputs.last_admin_version:
+        asks.append(storage.read_changes("admin", inputs.last_admin_version, version)
+                    .filter(F.col("kind") == "delete_records")
+                    .select(*PARTITION_KEY, F.col("offset").alias("requested_lso")))
+    if inputs.retention_due:
+        leaders = replicas.filter(F.col("is_leader") & ((F.col("retention_ms") >= 0) | (F.col("retention_bytes") >= 0)))
+        logs = [storage.read_log(b).withColumn("broker", F.lit(b)) for b in inputs.brokers]
+        leader_logs = (reduce(DataFrame.unionByName, logs)
+                       .join(leaders.select("broker", *PARTITION_KEY, "log_start_offset", "log_end_offset",
+                                            "retention_ms", "retention_bytes"), on=["broker", *PARTITION_KEY])
+                       .filter((F.col("offset") >= F.col("log_start_offset")) & (F.col("offset") < F.col("log_end_offset"))))
+        asks.append(log_start.retention_log_start_offsets(leader_logs, inputs.now_ms)
+                    .withColumnRenamed("retention_start_offset", "requested_lso"))
+    if not asks:
+        return None, max(version, inputs.last_admin_version)
+    requests = (reduce(DataFrame.unionByName, asks).groupBy(*PARTITION_KEY)
+                .agg(F.max("requested_lso").alias("requested_lso"))).localCheckpoint()
+    return requests, max(version, inputs.last_admin_version)
+
+
+def _with_leader_log_start(replicas: DataFrame, requests: DataFrame | None) -> DataFrame:
+    """`leader_lso`: the leader's log start offset after this round's requests."""
+    if requests is None:
+        return replicas.withColumn("leader_lso", F.col("leader_lso_before"))
+    return (replicas.join(requests, on=PARTITION_KEY, how="left")
+            .withColumn("leader_lso", log_start.next_leader_log_start_offset(
+                F.col("leader_lso_before"), F.col("leader_hw_before"), F.col("requested_lso")))
+            .drop("requested_lso"))
 
 
 def _pending_results(storage: Storage) -> DataFrame:
@@ -168,8 +212,13 @@ def _fetch(replicas: DataFrame, now: int) -> DataFrame:
     followers = rules.with_effective_fetch_state(
         replicas.filter(~F.col("is_leader") & (F.col("leader") != NO_LEADER)))
     fetching = ~F.col("is_paused")
+    lso = log_start.follower_log_start_offset(F.col("log_start_offset"), F.col("leader_lso"))
     fetched = rules.update_follower_fetch_state(
-        followers.filter(fetching).withColumn("fetch_offset", F.col("log_end_offset")), now)
+        followers.filter(fetching)
+        .withColumn("log_start_offset", lso)
+        .withColumn("log_end_offset", F.greatest(F.col("log_end_offset"), F.col("log_start_offset")))
+        .withColumn("high_watermark", F.greatest(F.col("high_watermark"), F.col("log_start_offset")))
+        .withColumn("fetch_offset", F.col("log_end_offset")), now)
     return fetched.unionByName(followers.filter(~fetching)).withColumn("fetched", fetching).cache()
 
 
@@ -246,8 +295,10 @@ def _state_rows(replicas: DataFrame, hw: DataFrame, followers: DataFrame, follow
     leaders = (
         replicas.filter("is_leader").join(hw.select(*PARTITION_KEY, F.col("high_watermark").alias("_hw")),
                                           on=PARTITION_KEY, how="left")
-        .filter((F.col("appended") > 0) | (F.col("_hw") != F.col("leader_hw_before")))
+        .filter((F.col("appended") > 0) | (F.col("_hw") != F.col("leader_hw_before"))
+                | (F.col("leader_lso") != F.col("leader_lso_before")))
         .withColumn("log_end_offset", F.col("leader_leo")).withColumn("fetch_offset", F.col("leader_leo"))
+        .withColumn("log_start_offset", F.col("leader_lso"))
         .withColumn("high_watermark", F.col("_hw"))
     )
     return (
@@ -259,13 +310,13 @@ def _state_rows(replicas: DataFrame, hw: DataFrame, followers: DataFrame, follow
 
 
 def _settled(leader_leo: str, leader_hw: str) -> Any:
-    """A follower at the leader's LEO and HW, known to the leader: nothing left to replicate."""
+    """A follower at the leader's LEO, HW and log start, known to the leader: nothing to replicate."""
     return ((F.col("fetch_offset") == F.col("log_end_offset")) & (F.col("log_end_offset") == F.col(leader_leo))
-            & (F.col("high_watermark") == F.col(leader_hw)))
+            & (F.col("high_watermark") == F.col(leader_hw)) & (F.col("log_start_offset") == F.col("leader_lso")))
 
 
 def _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
-             results, pending_after, state_out) -> dict[str, Any]:
+             results, pending_after, state_out, prefixes) -> dict[str, Any]:
     """Every figure the round needs on the driver, in one Spark job (O(1) values, not per partition)."""
     parts = [
         appended.agg(F.count(F.lit(1)).alias("records_appended"),
@@ -294,6 +345,7 @@ def _summary(appended, response, followers, followers_after, isr_changed, hw, pa
                     F.count(F.lit(1)).alias("result_rows")),
         pending_after.agg(F.count(F.lit(1)).alias("pending_requests")),
         state_out.agg(F.count(F.lit(1)).alias("state_rows")),
+        prefixes.agg(F.collect_set("broker").alias("prefix_brokers")),
     ]
     row = reduce(lambda a, b: a.crossJoin(b), parts).first().asDict()
     return {k: (v if v is not None else 0) for k, v in row.items()}
@@ -314,6 +366,8 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
     now, round_id = inputs.now_ms, inputs.round_id
 
     meta, replicas = _read_replicas(spark, storage, inputs)
+    lso_requests, admin_version = _log_start_requests(spark, storage, inputs, replicas)
+    replicas = _with_leader_log_start(replicas, lso_requests)
     inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version)
     validated = rules.validate_produce_requests(
         inbox, meta.select(*PARTITION_KEY, "leader", "leader_epoch", "isr", "min_isr", "message_max_bytes")
@@ -334,11 +388,12 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
         rules.follower_log_end(fetching, response, hw)
         .join(hw.select(*PARTITION_KEY, F.col("high_watermark").alias("_leader_hw")), on=PARTITION_KEY, how="left")
         .join(replicas.select(*REPLICA_KEY, F.col("log_end_offset").alias("_leo0"), F.col("fetch_offset").alias("_fo0"),
-                              F.col("high_watermark").alias("_hw0")), on=REPLICA_KEY, how="left")
+                              F.col("high_watermark").alias("_hw0"), F.col("log_start_offset").alias("_lso0")),
+              on=REPLICA_KEY, how="left")
         .withColumn("is_settled", _settled("leader_leo", "_leader_hw"))
         .withColumn("hw_moved", F.col("_hw0") != F.col("high_watermark"))
         .withColumn("moved", (F.col("_leo0") != F.col("log_end_offset")) | (F.col("_fo0") != F.col("fetch_offset"))
-                    | F.col("hw_moved"))
+                    | F.col("hw_moved") | (F.col("_lso0") != F.col("log_start_offset")))
     ).cache()
 
     partitions_now = _with_isr(meta, isr_changed).join(hw, on=PARTITION_KEY, how="left")   # 6. acks
@@ -347,8 +402,10 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
         results.filter(F.col("status") == acks_rules.STATUS_PENDING).drop("round_id")
     ).join(results.filter(F.col("status") != acks_rules.STATUS_PENDING), on=REQUEST_KEY, how="left_anti")
     state_out = _state_rows(replicas, hw, followers, followers_after, round_id)
+    prefixes = state_out.join(replicas.select(*REPLICA_KEY, F.col("log_start_offset").alias("_lso0")),
+                              on=REPLICA_KEY, how="inner").filter(F.col("log_start_offset") > F.col("_lso0"))
     figures = _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
-                       results, pending_after, state_out)
+                       results, pending_after, state_out, prefixes)
 
     # commits: each broker's log once (its leader appends and its follower appends together), then
     # the ISR changes, the replica state (HW), results, metrics
@@ -361,11 +418,15 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
                        .select(*storage.read("partitions").columns), "partitions", PARTITION_KEY, round_id)
     if figures["state_rows"]:
         storage.upsert(state_out, "replica_state", REPLICA_KEY, round_id)
+    for broker in sorted(figures["prefix_brokers"]):
+        storage.delete_log_prefixes(broker, prefixes.filter(F.col("broker") == broker)
+                                    .select(*PARTITION_KEY, "log_start_offset"), round_id)
     if figures["result_rows"]:
         storage.append_table(results, "results", round_id)
 
     report = RoundReport(
-        round_id=round_id, now_ms=now, inbox_version=inbox_version,
+        round_id=round_id, now_ms=now, inbox_version=inbox_version, admin_version=admin_version,
+        retention_checked_ms=now if inputs.retention_due else inputs.last_retention_check_ms,
         **{f: int(figures[f]) for f in RoundReport.__dataclass_fields__ if f in figures},
         duration_ms=int((time.perf_counter() - started) * 1000),
     )

@@ -22,6 +22,7 @@ __all__ = [
     "RESULTS_SCHEMA",
     "ROUNDS_SCHEMA",
     "BROKERS_SCHEMA",
+    "ADMIN_SCHEMA",
     "CLUSTER_SCHEMA",
     "NO_LEADER",
     "ACKS_ALL",
@@ -134,7 +135,19 @@ ROUNDS_SCHEMA = _s(
     ("max_lag", LongType(), False),
     ("active_partitions", LongType(), False),
     ("pending_requests", LongType(), False),
+    ("admin_version", LongType(), False),
+    ("retention_checked_ms", LongType(), False),
     ("duration_ms", LongType(), False),
+)
+
+# Append-only admin requests the round applies (today: delete_records).
+ADMIN_SCHEMA = _s(
+    ("request_id", StringType(), False),
+    ("kind", StringType(), False),
+    ("topic", StringType(), False),
+    ("partition", IntegerType(), False),
+    ("offset", LongType(), False),
+    ("timestamp", LongType(), False),
 )
 
 BROKERS_SCHEMA = _s(

@@ -26,6 +26,7 @@ CLUSTER_TABLES = {
     "partitions": schemas.PARTITIONS_SCHEMA,
     "replica_state": schemas.REPLICA_STATE_SCHEMA,
     "inbox": schemas.INBOX_SCHEMA,
+    "admin": schemas.ADMIN_SCHEMA,
     "results": schemas.RESULTS_SCHEMA,
     "rounds": schemas.ROUNDS_SCHEMA,
 }
@@ -68,7 +69,7 @@ class Storage:
         for name, schema in CLUSTER_TABLES.items():
             if name == "cluster":
                 continue  # written last: its presence marks a complete cluster
-            props = _INBOX_PROPS if name == "inbox" else _STATE_PROPS if name in ("replica_state", "partitions") else _PROPS
+            props = _INBOX_PROPS if name in ("inbox", "admin") else _STATE_PROPS if name in ("replica_state", "partitions") else _PROPS
             self._create(self.path(name), schema, props)
         for broker in brokers:
             self.create_log(broker)
@@ -110,12 +111,12 @@ class Storage:
         self.append(df, self.path(table), round_id)
 
     @contextmanager
-    def _txn(self, round_id: int | None) -> Iterator[None]:
+    def _txn(self, round_id: int | None, step: str = "") -> Iterator[None]:
         conf = self.spark.conf
         if round_id is None:
             yield
             return
-        conf.set("spark.databricks.delta.write.txnAppId", TXN_APP_ID)
+        conf.set("spark.databricks.delta.write.txnAppId", f"{TXN_APP_ID}{step}")
         conf.set("spark.databricks.delta.write.txnVersion", str(round_id))
         try:
             yield
@@ -130,3 +131,11 @@ class Storage:
         with self._txn(round_id):
             (target.alias("t").merge(df.alias("s"), condition)
              .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+
+    def delete_log_prefixes(self, broker: int, starts_df: DataFrame, round_id: int) -> None:
+        """Physically removes a broker's records below each partition's new log start offset
+        (starts_df: topic, partition, log_start_offset), in one commit."""
+        target = DeltaTable.forPath(self.spark, self.log_path(broker))
+        condition = "t.topic = s.topic AND t.partition = s.partition AND t.offset < s.log_start_offset"
+        with self._txn(round_id, "-log-start"):
+            target.alias("t").merge(starts_df.alias("s"), condition).whenMatchedDelete().execute()
