@@ -16,8 +16,10 @@ from pyspark.sql.types import MapType, StringType
 from pipeline import acks as acks_rules
 from pipeline import isr as isr_rules
 from pipeline import log_start
+from pipeline import producer_state
 from pipeline import replication as rules
-from pipeline.schemas import LOG_SCHEMA, NO_LEADER, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA, ROUNDS_SCHEMA
+from pipeline.schemas import (LOG_SCHEMA, NO_LEADER, PRODUCERS_SCHEMA, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA,
+                              ROUNDS_SCHEMA)
 from pipeline.storage import Storage
 
 __all__ = ["RoundReport", "RoundInputs", "run_round", "idle_round"]
@@ -169,6 +171,50 @@ def _with_leader_log_start(replicas: DataFrame, requests: DataFrame | None) -> D
             .drop("requested_lso"))
 
 
+def _check_idempotent_producers(storage: Storage, validated: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(rows with sequence errors added and `is_duplicate`, the per-batch checks)."""
+    retained = producer_state.retained_batches(storage.read("producers").drop("round_id"))
+    batches = producer_state.producer_batches(validated.filter(F.col("error_code").isNull()))
+    checks = producer_state.check_producer_sequences(batches, retained).localCheckpoint()
+    rows = (
+        validated.join(checks.select(*REQUEST_KEY, "outcome", F.col("error_code").alias("_seq_error")),
+                       on=REQUEST_KEY, how="left")
+        .withColumn("error_code", F.coalesce(F.col("error_code"), F.col("_seq_error")))
+        .withColumn("is_duplicate", F.coalesce(F.col("outcome") == "duplicate", F.lit(False)))
+        .drop("outcome", "_seq_error")
+    )
+    return rows, checks
+
+
+def _producer_state_rows(appended: DataFrame, checks: DataFrame, round_id: int) -> DataFrame:
+    return (
+        appended.filter(F.col("producer_id").isNotNull()).groupBy(*REQUEST_KEY)
+        .agg(F.min("offset").alias("base_offset"), F.max("offset").alias("last_offset"))
+        .join(checks.filter(F.col("outcome") == "append"), on=REQUEST_KEY, how="inner")
+        .withColumn("round_id", F.lit(round_id).cast("long"))
+        .select(*PRODUCERS_SCHEMA.fieldNames())
+    )
+
+
+def _duplicate_results(validated: DataFrame, checks: DataFrame, appended_results: DataFrame) -> DataFrame:
+    """Retried batches: answered with the offsets of the batch they repeat (DUPLICATE_SEQUENCE_NUMBER
+    is not an error to the caller)."""
+    in_round = appended_results.select(F.col("request_id").alias("duplicate_of"), "topic", "partition",
+                                       F.col("base_offset").alias("_b"), F.col("last_offset").alias("_l"))
+    dups = (
+        checks.filter(F.col("outcome") == "duplicate").join(in_round, on=["duplicate_of", "topic", "partition"],
+                                                            how="left")
+        .select(*REQUEST_KEY, F.coalesce("original_base_offset", "_b").alias("base_offset"),
+                F.coalesce("original_last_offset", "_l").alias("last_offset"))
+    )
+    return (
+        validated.filter(F.col("is_duplicate")).groupBy(*REQUEST_KEY, "acks").agg(F.count(F.lit(1)).alias("record_count"))
+        .join(dups, on=REQUEST_KEY, how="inner")
+        .withColumn("status", acks_rules.status_after_append(F.col("acks")))
+        .withColumn("error_code", F.lit(None).cast("string"))
+    )
+
+
 def _pending_results(storage: Storage) -> DataFrame:
     newest = Window.partitionBy(*REQUEST_KEY).orderBy(F.col("round_id").desc())
     return (storage.read("results").withColumn("_n", F.row_number().over(newest))
@@ -197,7 +243,8 @@ def _leader_append(validated: DataFrame, replicas: DataFrame) -> tuple[DataFrame
     leaders = replicas.filter("is_leader").select(
         *PARTITION_KEY, "leader", "leader_epoch", F.col("log_end_offset").alias("leader_leo"))
     appended = rules.assign_offsets(
-        validated.filter(F.col("error_code").isNull()).drop("leader", "leader_epoch"), leaders).cache()
+        validated.filter(F.col("error_code").isNull() & ~F.col("is_duplicate")).drop("leader", "leader_epoch"),
+        leaders).cache()
     counts = appended.groupBy(*PARTITION_KEY).agg(F.count(F.lit(1)).alias("appended"))
     replicas = (
         replicas.join(counts, on=PARTITION_KEY, how="left")
@@ -257,7 +304,7 @@ def _high_watermark(replicas: DataFrame, followers: DataFrame, isr_changed: Data
 
 
 def _results(validated: DataFrame, appended: DataFrame, pending: DataFrame, partitions_now: DataFrame,
-             round_id: int) -> DataFrame:
+             checks: DataFrame, round_id: int) -> DataFrame:
     """Result rows written this round: new appends, rejections, and pending requests answered."""
     appended_results = (
         appended.groupBy(*REQUEST_KEY, "acks").agg(
@@ -272,6 +319,7 @@ def _results(validated: DataFrame, appended: DataFrame, pending: DataFrame, part
         .withColumn("base_offset", F.lit(None).cast("long")).withColumn("last_offset", F.lit(None).cast("long"))
         .withColumn("status", F.lit(acks_rules.STATUS_ERROR))
     )
+    appended_results = appended_results.unionByName(_duplicate_results(validated, checks, appended_results))
     waiting = pending.unionByName(appended_results.filter(F.col("status") == acks_rules.STATUS_PENDING))
     answered = acks_rules.resolve_pending_acks(waiting, partitions_now)
     # a request appended and answered in the same round is written once, answered
@@ -316,7 +364,7 @@ def _settled(leader_leo: str, leader_hw: str) -> Any:
 
 
 def _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
-             results, pending_after, state_out, prefixes) -> dict[str, Any]:
+             results, pending_after, state_out, prefixes, producers_out) -> dict[str, Any]:
     """Every figure the round needs on the driver, in one Spark job (O(1) values, not per partition)."""
     parts = [
         appended.agg(F.count(F.lit(1)).alias("records_appended"),
@@ -346,6 +394,7 @@ def _summary(appended, response, followers, followers_after, isr_changed, hw, pa
         pending_after.agg(F.count(F.lit(1)).alias("pending_requests")),
         state_out.agg(F.count(F.lit(1)).alias("state_rows")),
         prefixes.agg(F.collect_set("broker").alias("prefix_brokers")),
+        producers_out.agg(F.count(F.lit(1)).alias("producer_batches")),
     ]
     row = reduce(lambda a, b: a.crossJoin(b), parts).first().asDict()
     return {k: (v if v is not None else 0) for k, v in row.items()}
@@ -373,6 +422,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
         inbox, meta.select(*PARTITION_KEY, "leader", "leader_epoch", "isr", "min_isr", "message_max_bytes")
     ).localCheckpoint()
     pending = _pending_results(storage).localCheckpoint()
+    validated, producer_checks = _check_idempotent_producers(storage, validated)
 
     appended, replicas = _leader_append(validated, replicas)                       # 2. leader append
     followers = _fetch(replicas, now)                                              # 3. fetch
@@ -397,7 +447,8 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
     ).cache()
 
     partitions_now = _with_isr(meta, isr_changed).join(hw, on=PARTITION_KEY, how="left")   # 6. acks
-    results = _results(validated, appended, pending, partitions_now, round_id)
+    results = _results(validated, appended, pending, partitions_now, producer_checks, round_id)
+    producers_out = _producer_state_rows(appended, producer_checks, round_id)
     pending_after = pending.unionByName(
         results.filter(F.col("status") == acks_rules.STATUS_PENDING).drop("round_id")
     ).join(results.filter(F.col("status") != acks_rules.STATUS_PENDING), on=REQUEST_KEY, how="left_anti")
@@ -405,7 +456,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
     prefixes = state_out.join(replicas.select(*REPLICA_KEY, F.col("log_start_offset").alias("_lso0")),
                               on=REPLICA_KEY, how="inner").filter(F.col("log_start_offset") > F.col("_lso0"))
     figures = _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
-                       results, pending_after, state_out, prefixes)
+                       results, pending_after, state_out, prefixes, producers_out)
 
     # commits: each broker's log once (its leader appends and its follower appends together), then
     # the ISR changes, the replica state (HW), results, metrics
@@ -421,6 +472,8 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
     for broker in sorted(figures["prefix_brokers"]):
         storage.delete_log_prefixes(broker, prefixes.filter(F.col("broker") == broker)
                                     .select(*PARTITION_KEY, "log_start_offset"), round_id)
+    if figures["producer_batches"]:
+        storage.append_table(producers_out, "producers", round_id)
     if figures["result_rows"]:
         storage.append_table(results, "results", round_id)
 

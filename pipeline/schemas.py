@@ -23,6 +23,7 @@ __all__ = [
     "ROUNDS_SCHEMA",
     "BROKERS_SCHEMA",
     "ADMIN_SCHEMA",
+    "PRODUCERS_SCHEMA",
     "CLUSTER_SCHEMA",
     "NO_LEADER",
     "ACKS_ALL",
@@ -138,6 +139,20 @@ ROUNDS_SCHEMA = _s(
     ("admin_version", LongType(), False),
     ("retention_checked_ms", LongType(), False),
     ("duration_ms", LongType(), False),
+)
+
+# Append-only: the batches of idempotent producers the leaders appended (the last 5 per producer and
+# partition are read back to detect retries).
+PRODUCERS_SCHEMA = _s(
+    ("topic", StringType(), False),
+    ("partition", IntegerType(), False),
+    ("producer_id", LongType(), False),
+    ("producer_epoch", IntegerType(), True),
+    ("base_sequence", IntegerType(), False),
+    ("last_sequence", IntegerType(), False),
+    ("base_offset", LongType(), False),
+    ("last_offset", LongType(), False),
+    ("round_id", LongType(), False),
 )
 
 # Append-only admin requests the round applies (today: delete_records).

@@ -27,6 +27,7 @@ CLUSTER_TABLES = {
     "replica_state": schemas.REPLICA_STATE_SCHEMA,
     "inbox": schemas.INBOX_SCHEMA,
     "admin": schemas.ADMIN_SCHEMA,
+    "producers": schemas.PRODUCERS_SCHEMA,
     "results": schemas.RESULTS_SCHEMA,
     "rounds": schemas.ROUNDS_SCHEMA,
 }

@@ -1,0 +1,96 @@
+"""Idempotent producers (KIP-98), per partition: a batch is appended once. The leader keeps the
+last batches of each producer (Kafka keeps 5); a retried batch is a duplicate answered with its
+original offsets, a batch that does not continue the sequence is OUT_OF_ORDER_SEQUENCE_NUMBER, and a
+batch from an older producer epoch is INVALID_PRODUCER_EPOCH."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from pipeline.errors import ErrorCode
+
+__all__ = ["BATCHES_TO_RETAIN", "producer_batches", "check_producer_sequences", "retained_batches"]
+
+BATCHES_TO_RETAIN = 5
+BATCH_KEY = ["request_id", "topic", "partition"]
+PRODUCER_KEY = ["topic", "partition", "producer_id"]
+
+
+def producer_batches(rows_df: DataFrame) -> DataFrame:
+    """One row per (request, partition) of an idempotent producer: producer_id, producer_epoch,
+    base_sequence, last_sequence, record_count, _commit_version. A batch whose sequences are not
+    contiguous, or mixes producers, is OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    return (
+        rows_df.filter(F.col("producer_id").isNotNull())
+        .withColumn("producer_epoch", F.coalesce(F.col("producer_epoch"), F.lit(0)))
+        .groupBy(*BATCH_KEY, "_commit_version").agg(
+            F.min("producer_id").alias("producer_id"), F.countDistinct("producer_id", "producer_epoch").alias("_ids"),
+            F.min("producer_epoch").alias("producer_epoch"), F.min("sequence").alias("base_sequence"),
+            F.max("sequence").alias("last_sequence"), F.count(F.lit(1)).alias("record_count"),
+            F.count("sequence").alias("_with_sequence"))
+        .withColumn("is_malformed", (F.col("_ids") != 1) | (F.col("_with_sequence") != F.col("record_count"))
+                    | (F.col("last_sequence") - F.col("base_sequence") + 1 != F.col("record_count")))
+        .drop("_ids", "_with_sequence")
+    )
+
+
+def retained_batches(state_df: DataFrame) -> DataFrame:
+    """The last BATCHES_TO_RETAIN batches of each producer per partition."""
+    newest = Window.partitionBy(*PRODUCER_KEY).orderBy(F.col("last_offset").desc())
+    return state_df.withColumn("_n", F.row_number().over(newest)).filter(F.col("_n") <= BATCHES_TO_RETAIN).drop("_n")
+
+
+def check_producer_sequences(batches_df: DataFrame, state_df: DataFrame) -> DataFrame:
+    """Each batch with `outcome`: append | duplicate | error, `error_code`, and for duplicates of a
+    retained batch its `original_base_offset` / `original_last_offset` (null for a duplicate of a
+    batch appended in this same round: `duplicate_of` names that request).
+
+    state_df: retained batches (topic, partition, producer_id, producer_epoch, base_sequence,
+    last_sequence, base_offset, last_offset).
+    """
+    same_batch = [*PRODUCER_KEY, "producer_epoch", "base_sequence", "last_sequence"]
+    stored = state_df.select(*same_batch, F.col("base_offset").alias("original_base_offset"),
+                             F.col("last_offset").alias("original_last_offset"))
+    latest = (retained_batches(state_df)
+              .withColumn("_n", F.row_number().over(Window.partitionBy(*PRODUCER_KEY).orderBy(F.col("last_offset").desc())))
+              .filter(F.col("_n") == 1)
+              .select(*PRODUCER_KEY, F.col("producer_epoch").alias("_stored_epoch"),
+                      F.col("last_sequence").alias("_stored_last")))
+    in_round = Window.partitionBy(*same_batch).orderBy("_commit_version", "request_id")
+    order = Window.partitionBy(*PRODUCER_KEY).orderBy("_commit_version", "request_id")
+    firsts = (
+        batches_df.join(stored, on=same_batch, how="left").join(latest, on=PRODUCER_KEY, how="left")
+        .withColumn("duplicate_of", F.when(F.row_number().over(in_round) > 1,
+                                           F.first("request_id").over(in_round)))
+    )
+    new = firsts.filter(F.col("original_base_offset").isNull() & F.col("duplicate_of").isNull()
+                        & ~F.col("is_malformed"))
+    prev_epoch = F.coalesce(F.lag("producer_epoch").over(order), F.col("_stored_epoch"))
+    prev_last = F.coalesce(F.lag("last_sequence").over(order), F.col("_stored_last"))
+    checked = (
+        new.withColumn("_prev_epoch", prev_epoch).withColumn("_prev_last", prev_last)
+        .withColumn("error_code", F.when(F.col("producer_epoch") < F.col("_prev_epoch"),
+                                         F.lit(ErrorCode.INVALID_PRODUCER_EPOCH))
+                    .when(F.col("_prev_epoch").isNull() | (F.col("producer_epoch") > F.col("_prev_epoch")),
+                          F.when(F.col("base_sequence") != 0, F.lit(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)))
+                    .when(F.col("base_sequence") != F.col("_prev_last") + 1,
+                          F.lit(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)))
+        # once a batch of a producer fails, its later batches in the round cannot continue it
+        .withColumn("error_code", F.coalesce(F.col("error_code"), F.when(
+            F.max(F.col("error_code").isNotNull().cast("int")).over(
+                order.rowsBetween(Window.unboundedPreceding, -1)) == 1,
+            F.lit(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER))))
+        .select(*BATCH_KEY, "error_code")
+    )
+    return (
+        firsts.join(checked, on=BATCH_KEY, how="left")
+        .withColumn("error_code", F.when(F.col("is_malformed"), F.lit(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER))
+                    .otherwise(F.col("error_code")))
+        .withColumn("outcome", F.when(F.col("error_code").isNotNull(), F.lit("error"))
+                    .when(F.col("original_base_offset").isNotNull() | F.col("duplicate_of").isNotNull(),
+                          F.lit("duplicate"))
+                    .otherwise(F.lit("append")))
+        .select(*BATCH_KEY, "producer_id", "producer_epoch", "base_sequence", "last_sequence", "outcome",
+                "error_code", "original_base_offset", "original_last_offset", "duplicate_of")
+    )
