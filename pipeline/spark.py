@@ -26,6 +26,10 @@ FAST_CONFS = {
     "spark.databricks.delta.stats.collect": "true",
     "spark.sql.adaptive.enabled": "true",
     "spark.log.structuredLogging.enabled": "false",
+    # a round's summary query nests every cached step's plan; its explain string (built for the SQL
+    # listener) must not grow without bound
+    "spark.sql.maxPlanStringLength": "200000",
+    "spark.driver.memory": "2g",
 }
 
 

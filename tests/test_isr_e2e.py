@@ -37,7 +37,12 @@ def run(spark, tmp_path_factory):
     cluster.resume_fetcher(2)
     round_()                              # t=3000: broker 2 fetches from 2, gets offset 2
     round_()                              # t=3500: broker 2 at the HW: back in the ISR
-    return {"steps": steps, "cluster": cluster, "first": first, "second": second}
+    clock.advance(99_500)
+    round_()                              # t=103500: idle for 100 s, far beyond the lag
+    third = cluster.produce("t", [{"value": "d"}], acks="all")
+    round_()                              # t=104000: traffic again: nobody was out of sync while idle
+    round_()                              # t=104500: committed with the full ISR
+    return {"steps": steps, "cluster": cluster, "first": first, "second": second, "third": third}
 
 
 def test_describe_after_every_round(run):
@@ -49,16 +54,20 @@ def test_describe_after_every_round(run):
         (2500, (0, [0, 1], 1, 3, 3)),      # shrink persisted (partition epoch 1), HW advances
         (3000, (0, [0, 1], 1, 3, 3)),      # resumed: fetched offset 2, not yet at the HW
         (3500, (0, [0, 1, 2], 2, 3, 3)),   # fetch offset 3 >= HW 3: expands (partition epoch 2)
+        (103500, (0, [0, 1, 2], 2, 3, 3)),  # caught-up followers are never dropped however long idle
+        (104000, (0, [0, 1, 2], 2, 3, 4)),
+        (104500, (0, [0, 1, 2], 2, 4, 4)),
     ]
     assert [(t, s) for t, s, _, _ in run["steps"]] == expected
 
 
 def test_round_reports_count_the_isr_changes_and_health(run):
     reports = [r for _, _, r, _ in run["steps"]]
-    assert [r.isr_shrinks for r in reports] == [0, 0, 0, 0, 1, 0, 0]
-    assert [r.isr_expands for r in reports] == [0, 0, 0, 0, 0, 0, 1]
-    assert [r.under_replicated_partitions for r in reports] == [0, 0, 0, 0, 1, 1, 0]
-    assert [r.at_min_isr_partitions for r in reports] == [0, 0, 0, 0, 1, 1, 0]
+    assert [r.isr_shrinks for r in reports] == [0, 0, 0, 0, 1, 0, 0, 0, 0, 0]
+    assert [r.isr_expands for r in reports] == [0, 0, 0, 0, 0, 0, 1, 0, 0, 0]
+    assert [r.under_replicated_partitions for r in reports] == [0, 0, 0, 0, 1, 1, 0, 0, 0, 0]
+    assert [r.at_min_isr_partitions for r in reports] == [0, 0, 0, 0, 1, 1, 0, 0, 0, 0]
+    assert (reports[7].records_replicated, reports[7].isr_shrinks) == (0, 0)  # idle 100 s: nothing moved
 
 
 def test_paused_follower_replica_state(run):
@@ -70,6 +79,6 @@ def test_paused_follower_replica_state(run):
 
 def test_acks_all_waits_for_the_isr_then_is_acked_after_the_shrink(run):
     statuses = {r["request_id"]: r["status"] for r in run["cluster"].produce_results().collect()}
-    assert statuses == {run["first"]: "acked", run["second"]: "acked"}
+    assert statuses == {run["first"]: "acked", run["second"]: "acked", run["third"]: "acked"}
     acked_at = [t for t, _, r, _ in run["steps"] if r.requests_acked]
-    assert acked_at == [1000, 2500]
+    assert acked_at == [1000, 2500, 104500]
