@@ -1,13 +1,14 @@
-"""In-sync replica rules: Kafka's Replica.isCaughtUp and Partition.maybeShrinkIsr / maybeExpandIsr."""
+"""In-sync replica rules: Kafka's Replica.isCaughtUp, the out-of-sync replicas Partition.maybeShrinkIsr
+removes, and the followers Partition.maybeExpandIsr adds."""
 
 from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-__all__ = ["is_caught_up", "out_of_sync_followers", "maybe_shrink_isr", "maybe_expand_isr", "isr_in_replica_order"]
+from pipeline.schemas import PARTITION_KEY
 
-PARTITION_KEY = ["topic", "partition"]
+__all__ = ["is_caught_up", "out_of_sync_followers", "maybe_expand_isr", "isr_in_replica_order"]
 
 
 def is_caught_up(follower_leo: Column, leader_leo: Column, last_caught_up_time_ms: Column,
@@ -32,19 +33,6 @@ def out_of_sync_followers(replicas_df: DataFrame, now_ms: int) -> DataFrame:
 def isr_in_replica_order(replicas: Column, members: Column) -> Column:
     """The ISR listed in replica order (as `kafka-topics --describe` shows it)."""
     return F.filter(replicas, lambda r: F.array_contains(members, r))
-
-
-def maybe_shrink_isr(partitions_df: DataFrame, out_of_sync_df: DataFrame) -> DataFrame:
-    """Removes out-of-sync followers from the ISR; returns partitions whose ISR changed with the new
-    `isr` and `isr_shrunk` = number removed. The leader never leaves its own ISR.
-    """
-    removed = out_of_sync_df.groupBy(*PARTITION_KEY).agg(F.collect_list("broker").alias("_removed"))
-    return (
-        partitions_df.join(removed, on=PARTITION_KEY, how="inner")
-        .withColumn("isr_shrunk", F.size(F.array_intersect(F.col("isr"), F.col("_removed"))))
-        .withColumn("isr", F.array_except(F.col("isr"), F.col("_removed")))
-        .drop("_removed")
-    )
 
 
 def maybe_expand_isr(replicas_df: DataFrame) -> DataFrame:

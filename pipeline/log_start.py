@@ -6,11 +6,12 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from pipeline.schemas import PARTITION_KEY
+
 from pipeline.replication import record_size
 
 __all__ = ["retention_log_start_offsets", "next_leader_log_start_offset", "follower_log_start_offset"]
 
-PARTITION_KEY = ["topic", "partition"]
 UNLIMITED = -1
 
 

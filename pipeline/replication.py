@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from pipeline.errors import ErrorCode
 from pipeline.isr import is_caught_up
-from pipeline.schemas import ACKS_ALL, NO_LEADER
+from pipeline.schemas import ACKS_ALL, NO_LEADER, PARTITION_KEY
 
 __all__ = [
     "RECORD_OVERHEAD_BYTES",
@@ -27,7 +27,6 @@ __all__ = [
     "follower_log_end",
 ]
 
-PARTITION_KEY = ["topic", "partition"]
 # Framing bytes counted per record besides key and value (Kafka's v2 record header is up to ~21).
 RECORD_OVERHEAD_BYTES = 21
 

@@ -18,14 +18,12 @@ from pipeline import isr as isr_rules
 from pipeline import log_start
 from pipeline import producer_state
 from pipeline import replication as rules
-from pipeline.schemas import (LOG_SCHEMA, NO_LEADER, PRODUCERS_SCHEMA, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA,
-                              ROUNDS_SCHEMA)
+from pipeline.schemas import (LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PRODUCERS_SCHEMA, REPLICA_KEY,
+                              REPLICA_STATE_SCHEMA, RESULTS_SCHEMA, ROUNDS_SCHEMA)
 from pipeline.storage import Storage
 
 __all__ = ["RoundReport", "RoundInputs", "run_round", "idle_round"]
 
-PARTITION_KEY = ["topic", "partition"]
-REPLICA_KEY = ["topic", "partition", "broker"]
 REQUEST_KEY = ["request_id", "topic", "partition"]
 
 

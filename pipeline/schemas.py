@@ -26,11 +26,16 @@ __all__ = [
     "PRODUCERS_SCHEMA",
     "CLUSTER_SCHEMA",
     "NO_LEADER",
+    "PARTITION_KEY",
+    "REPLICA_KEY",
     "ACKS_ALL",
 ]
 
 NO_LEADER = -1
 ACKS_ALL = -1
+# the keys every frame of the round is keyed by
+PARTITION_KEY = ["topic", "partition"]
+REPLICA_KEY = ["topic", "partition", "broker"]
 
 
 def _s(*fields: tuple) -> StructType:
