@@ -356,9 +356,11 @@ def _state_rows(replicas: DataFrame, hw: DataFrame, followers: DataFrame, follow
 
 
 def _settled(leader_leo: str, leader_hw: str) -> Any:
-    """A follower at the leader's LEO, HW and log start, known to the leader: nothing to replicate."""
-    return ((F.col("fetch_offset") == F.col("log_end_offset")) & (F.col("log_end_offset") == F.col(leader_leo))
-            & (F.col("high_watermark") == F.col(leader_hw)) & (F.col("log_start_offset") == F.col("leader_lso")))
+    """An in-sync follower at the leader's LEO, HW and log start, known to the leader: nothing to
+    replicate. (A follower outside the ISR is never settled: it has to fetch its way back in.)"""
+    at_leader = (F.col("fetch_offset") == F.col("log_end_offset")) & (F.col("log_end_offset") == F.col(leader_leo))
+    return (at_leader & (F.col("high_watermark") == F.col(leader_hw))
+            & (F.col("log_start_offset") == F.col("leader_lso")) & F.array_contains(F.col("isr"), F.col("broker")))
 
 
 def _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
