@@ -1,7 +1,7 @@
 PY := .venv/bin/python
 ROOT ?= demo-root
 
-.PHONY: setup test demo clean
+.PHONY: setup test demo clean profile
 
 setup:
 	@bash scripts/setup.sh
@@ -14,3 +14,6 @@ demo: setup
 
 clean:
 	rm -rf demo-root spark-warehouse .pytest_cache
+
+profile: setup
+	$(PY) jobs/profile_round.py

@@ -175,7 +175,8 @@ class Cluster:
             cluster_config=self.config, brokers=self.brokers, paused_brokers=paused, throttles=throttles,
             previous_round_ms=last.now_ms if last else None,
             last_admin_version=last.admin_version if last else 0,
-            retention_due=retention_due, last_retention_check_ms=checked or 0)
+            retention_due=retention_due, last_retention_check_ms=checked or 0,
+            last_pending_requests=last.pending_requests if last else None)
         seen = (self.storage.version("inbox"), self.storage.version("partitions"), self.storage.version("admin"),
                 paused, throttles)
         quiet = (last is not None and last.active_partitions == 0 and last.pending_requests == 0

@@ -1,5 +1,10 @@
 """Orchestration: one fetch round (DESIGN.md "One round, in order"), the function the streaming
 job's foreachBatch calls. Pins its inputs once, applies the rules, commits O(brokers) times.
+
+Every step's output is pinned with an eager localCheckpoint, not cache(): a cached DataFrame keeps
+its whole lineage, so each later step re-analyses and re-plans every earlier one and the round's
+last query carries the plan of all of them (measured with jobs/profile_round.py: an active round
+went from ~16 s to ~10 s on 2 cores). The checkpoint blocks are freed when the DataFrames are.
 """
 
 from __future__ import annotations
@@ -22,7 +27,25 @@ from pipeline.schemas import (LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PRODUCERS_SC
                               REPLICA_STATE_SCHEMA, RESULTS_SCHEMA, ROUNDS_SCHEMA)
 from pipeline.storage import Storage
 
-__all__ = ["RoundReport", "RoundInputs", "run_round", "idle_round"]
+__all__ = ["RoundReport", "RoundInputs", "run_round", "idle_round", "last_round_phases"]
+
+_PHASES: dict[str, float] = {}
+
+
+def last_round_phases() -> dict[str, float]:
+    """Seconds the last round spent in each phase on the driver (for jobs/profile_round.py)."""
+    return dict(_PHASES)
+
+
+class _Stopwatch:
+    def __init__(self) -> None:
+        _PHASES.clear()
+        self.mark = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        _PHASES[phase] = _PHASES.get(phase, 0.0) + now - self.mark
+        self.mark = now
 
 REQUEST_KEY = ["request_id", "topic", "partition"]
 
@@ -72,6 +95,7 @@ class RoundInputs:
     last_admin_version: int = 0
     retention_due: bool = False
     last_retention_check_ms: int = 0
+    last_pending_requests: int | None = None  # None: unknown, read the results table
 
 
 # -- reading the inputs (pinned with localCheckpoint: the round writes to the same tables) ------
@@ -170,9 +194,16 @@ def _with_leader_log_start(replicas: DataFrame, requests: DataFrame | None) -> D
 
 
 def _check_idempotent_producers(storage: Storage, validated: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """(rows with sequence errors added and `is_duplicate`, the per-batch checks)."""
-    retained = producer_state.retained_batches(storage.read("producers").drop("round_id"))
-    batches = producer_state.producer_batches(validated.filter(F.col("error_code").isNull()))
+    """(rows with sequence errors added and `is_duplicate`, the per-batch checks). A round without
+    idempotent batches reads no producer state: its checks are empty (pruned by the optimizer)."""
+    idempotent = validated.filter(F.col("error_code").isNull() & F.col("producer_id").isNotNull())
+    stored = storage.read("producers").drop("round_id")
+    if not idempotent.limit(1).collect():
+        empty = producer_state.check_producer_sequences(producer_state.producer_batches(idempotent.limit(0)),
+                                                        producer_state.retained_batches(stored.limit(0)))
+        return validated.withColumn("is_duplicate", F.lit(False)), empty
+    retained = producer_state.retained_batches(stored)
+    batches = producer_state.producer_batches(idempotent)
     checks = producer_state.check_producer_sequences(batches, retained).localCheckpoint()
     rows = (
         validated.join(checks.select(*REQUEST_KEY, "outcome", F.col("error_code").alias("_seq_error")),
@@ -180,7 +211,7 @@ def _check_idempotent_producers(storage: Storage, validated: DataFrame) -> tuple
         .withColumn("error_code", F.coalesce(F.col("error_code"), F.col("_seq_error")))
         .withColumn("is_duplicate", F.coalesce(F.col("outcome") == "duplicate", F.lit(False)))
         .drop("outcome", "_seq_error")
-    )
+    ).localCheckpoint()
     return rows, checks
 
 
@@ -213,9 +244,14 @@ def _duplicate_results(validated: DataFrame, checks: DataFrame, appended_results
     )
 
 
-def _pending_results(storage: Storage) -> DataFrame:
+def _pending_results(storage: Storage, last_pending: int | None) -> DataFrame:
+    """Requests still waiting for their acks (the newest result row of each is pending); none to
+    read when the last round left none pending."""
+    results = storage.read("results")
+    if last_pending == 0:
+        results = results.limit(0)
     newest = Window.partitionBy(*REQUEST_KEY).orderBy(F.col("round_id").desc())
-    return (storage.read("results").withColumn("_n", F.row_number().over(newest))
+    return (results.withColumn("_n", F.row_number().over(newest))
             .filter((F.col("_n") == 1) & (F.col("status") == acks_rules.STATUS_PENDING))
             .drop("_n", "round_id"))
 
@@ -242,13 +278,13 @@ def _leader_append(validated: DataFrame, replicas: DataFrame) -> tuple[DataFrame
         *PARTITION_KEY, "leader", "leader_epoch", F.col("log_end_offset").alias("leader_leo"))
     appended = rules.assign_offsets(
         validated.filter(F.col("error_code").isNull() & ~F.col("is_duplicate")).drop("leader", "leader_epoch"),
-        leaders).cache()
+        leaders).localCheckpoint()
     counts = appended.groupBy(*PARTITION_KEY).agg(F.count(F.lit(1)).alias("appended"))
     replicas = (
         replicas.join(counts, on=PARTITION_KEY, how="left")
         .withColumn("appended", F.coalesce(F.col("appended"), F.lit(0)).cast("long"))
         .withColumn("leader_leo", F.col("leader_leo_before") + F.col("appended"))
-    )
+    ).localCheckpoint()
     return appended, replicas
 
 
@@ -264,7 +300,7 @@ def _fetch(replicas: DataFrame, now: int) -> DataFrame:
         .withColumn("log_end_offset", F.greatest(F.col("log_end_offset"), F.col("log_start_offset")))
         .withColumn("high_watermark", F.greatest(F.col("high_watermark"), F.col("log_start_offset")))
         .withColumn("fetch_offset", F.col("log_end_offset")), now)
-    return fetched.unionByName(followers.filter(~fetching)).withColumn("fetched", fetching).cache()
+    return fetched.unionByName(followers.filter(~fetching)).withColumn("fetched", fetching).localCheckpoint()
 
 
 def _isr_changes(meta: DataFrame, followers: DataFrame, now: int) -> DataFrame:
@@ -285,7 +321,7 @@ def _isr_changes(meta: DataFrame, followers: DataFrame, now: int) -> DataFrame:
         .withColumn("isr_shrinks", F.size(F.col("_leaving")).cast("long"))
         .withColumn("partition_epoch", F.col("partition_epoch") + 1)
         .drop("_joining", "_leaving")
-    ).cache()
+    ).localCheckpoint()
 
 
 def _with_isr(df: DataFrame, isr_changed: DataFrame) -> DataFrame:
@@ -298,7 +334,7 @@ def _high_watermark(replicas: DataFrame, followers: DataFrame, isr_changed: Data
     leader = replicas.filter("is_leader").withColumn("fetch_offset", F.col("leader_leo"))
     every = leader.unionByName(followers.drop("fetched"), allowMissingColumns=True)
     hw_input = _with_isr(every, isr_changed).withColumn("high_watermark", F.col("leader_hw_before"))
-    return rules.maybe_increment_leader_hw(hw_input, now).cache()
+    return rules.maybe_increment_leader_hw(hw_input, now).localCheckpoint()
 
 
 def _results(validated: DataFrame, appended: DataFrame, pending: DataFrame, partitions_now: DataFrame,
@@ -326,7 +362,7 @@ def _results(validated: DataFrame, appended: DataFrame, pending: DataFrame, part
         .unionByName(rejected).unionByName(answered)
         .withColumn("round_id", F.lit(round_id).cast("long"))
         .select(*RESULTS_SCHEMA.fieldNames())
-    ).cache()
+    ).localCheckpoint()
 
 
 def _state_rows(replicas: DataFrame, hw: DataFrame, followers: DataFrame, followers_after: DataFrame,
@@ -352,7 +388,7 @@ def _state_rows(replicas: DataFrame, hw: DataFrame, followers: DataFrame, follow
         .unionByName(followers_after.filter(~F.col("is_settled") | F.col("moved")).select(*cols))
         .unionByName(implied.select(*cols))
         .withColumn("round_id", F.lit(round_id).cast("long"))
-    ).cache()
+    ).localCheckpoint()
 
 
 def _settled(leader_leo: str, leader_hw: str) -> Any:
@@ -365,38 +401,62 @@ def _settled(leader_leo: str, leader_hw: str) -> Any:
 
 def _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
              results, pending_after, state_out, prefixes, producers_out) -> dict[str, Any]:
-    """Every figure the round needs on the driver, in one Spark job (O(1) values, not per partition)."""
-    parts = [
-        appended.agg(F.count(F.lit(1)).alias("records_appended"),
-                     F.collect_set("broker").alias("leader_brokers")),
-        response.agg(F.count(F.lit(1)).alias("records_replicated"),
-                     F.collect_set("broker").alias("follower_brokers")),
-        followers.filter("fetched").agg(F.count_distinct(*PARTITION_KEY).alias("fetch_request_partitions")),
-        followers_after.filter((F.col("records_received") > 0) | F.col("hw_moved")).agg(
-            F.count_distinct(*PARTITION_KEY).alias("fetch_response_partitions")),
-        isr_changed.agg(F.coalesce(F.sum("isr_shrinks"), F.lit(0)).alias("isr_shrinks"),
-                        F.coalesce(F.sum("isr_expands"), F.lit(0)).alias("isr_expands")),
-        partitions_now.agg(
-            F.sum((F.size("isr") < F.size("replicas")).cast("long")).alias("under_replicated_partitions"),
-            F.sum((F.size("isr") < F.col("min_isr")).cast("long")).alias("under_min_isr_partitions"),
-            F.sum((F.size("isr") == F.col("min_isr")).cast("long")).alias("at_min_isr_partitions"),
-            F.sum((F.col("leader") == NO_LEADER).cast("long")).alias("offline_partitions")),
-        followers_after.select("topic", "partition", "leader_leo", "log_end_offset", "is_settled").unionByName(
-            followers.filter(~F.col("fetched")).join(hw.select(*PARTITION_KEY, F.col("high_watermark").alias("_h")),
-                                                     on=PARTITION_KEY, how="left")
-            .select("topic", "partition", "leader_leo", "log_end_offset",
-                    _settled("leader_leo", "_h").alias("is_settled")))
-        .agg(F.max(F.col("leader_leo") - F.col("log_end_offset")).alias("max_lag"),
-             F.count_distinct(F.when(~F.col("is_settled"), F.struct(*PARTITION_KEY))).alias("active_partitions")),
-        results.agg(F.sum((F.col("status") == acks_rules.STATUS_ACKED).cast("long")).alias("requests_acked"),
-                    F.sum((F.col("status") == acks_rules.STATUS_ERROR).cast("long")).alias("requests_failed"),
-                    F.count(F.lit(1)).alias("result_rows")),
-        pending_after.agg(F.count(F.lit(1)).alias("pending_requests")),
-        state_out.agg(F.count(F.lit(1)).alias("state_rows")),
-        prefixes.agg(F.collect_set("broker").alias("prefix_brokers")),
-        producers_out.agg(F.count(F.lit(1)).alias("producer_batches")),
+    """Every figure the round needs on the driver, in one Spark job with one aggregation over the
+    union of the steps' outputs (O(1) values, not per partition). Each step contributes columns of
+    its own; the others are null in its rows, and every aggregate skips nulls."""
+    key = F.concat_ws("/", F.col("topic"), F.col("partition").cast("string"))
+    unsettled = followers_after.select("topic", "partition", "leader_leo", "log_end_offset", "is_settled").unionByName(
+        followers.filter(~F.col("fetched")).join(hw.select(*PARTITION_KEY, F.col("high_watermark").alias("_h")),
+                                                 on=PARTITION_KEY, how="left")
+        .select("topic", "partition", "leader_leo", "log_end_offset", _settled("leader_leo", "_h").alias("is_settled")))
+    status = F.col("status")
+    rows = [
+        appended.select(F.col("broker").alias("appended_broker")),
+        response.select(F.col("broker").alias("response_broker")),
+        followers.filter("fetched").select(key.alias("requested")),
+        followers_after.filter((F.col("records_received") > 0) | F.col("hw_moved")).select(key.alias("responded")),
+        isr_changed.select("isr_shrinks", "isr_expands"),
+        partitions_now.select(
+            (F.size("isr") < F.size("replicas")).cast("long").alias("under_replicated"),
+            (F.size("isr") < F.col("min_isr")).cast("long").alias("under_min_isr"),
+            (F.size("isr") == F.col("min_isr")).cast("long").alias("at_min_isr"),
+            (F.col("leader") == NO_LEADER).cast("long").alias("offline")),
+        unsettled.select((F.col("leader_leo") - F.col("log_end_offset")).alias("lag"),
+                         F.when(~F.col("is_settled"), key).alias("unsettled")),
+        results.select((status == acks_rules.STATUS_ACKED).cast("long").alias("acked"),
+                       (status == acks_rules.STATUS_ERROR).cast("long").alias("failed"),
+                       F.lit(1).alias("result_row")),
+        pending_after.select(F.lit(1).alias("pending")),
+        state_out.select(F.lit(1).alias("state_row")),
+        prefixes.select(F.col("broker").alias("prefix_broker")),
+        producers_out.select(F.lit(1).alias("producer_batch")),
     ]
-    row = reduce(lambda a, b: a.crossJoin(b), parts).first().asDict()
+    union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), rows)
+    zero = F.lit(0).cast("long")
+    agg = union.agg(
+        F.count("appended_broker").alias("records_appended"),
+        F.collect_set("appended_broker").alias("leader_brokers"),
+        F.count("response_broker").alias("records_replicated"),
+        F.collect_set("response_broker").alias("follower_brokers"),
+        F.count_distinct("requested").alias("fetch_request_partitions"),
+        F.count_distinct("responded").alias("fetch_response_partitions"),
+        F.coalesce(F.sum("isr_shrinks"), zero).alias("isr_shrinks"),
+        F.coalesce(F.sum("isr_expands"), zero).alias("isr_expands"),
+        F.coalesce(F.sum("under_replicated"), zero).alias("under_replicated_partitions"),
+        F.coalesce(F.sum("under_min_isr"), zero).alias("under_min_isr_partitions"),
+        F.coalesce(F.sum("at_min_isr"), zero).alias("at_min_isr_partitions"),
+        F.coalesce(F.sum("offline"), zero).alias("offline_partitions"),
+        F.coalesce(F.max("lag"), zero).alias("max_lag"),
+        F.count_distinct("unsettled").alias("active_partitions"),
+        F.coalesce(F.sum("acked"), zero).alias("requests_acked"),
+        F.coalesce(F.sum("failed"), zero).alias("requests_failed"),
+        F.count("result_row").alias("result_rows"),
+        F.count("pending").alias("pending_requests"),
+        F.count("state_row").alias("state_rows"),
+        F.collect_set("prefix_broker").alias("prefix_brokers"),
+        F.count("producer_batch").alias("producer_batches"),
+    )
+    row = agg.first().asDict()
     return {k: (v if v is not None else 0) for k, v in row.items()}
 
 
@@ -414,16 +474,22 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
     started = time.perf_counter()
     now, round_id = inputs.now_ms, inputs.round_id
 
+    watch = _Stopwatch()
     meta, replicas = _read_replicas(spark, storage, inputs)
+    watch.lap("read replicas")
     lso_requests, admin_version = _log_start_requests(spark, storage, inputs, replicas)
     replicas = _with_leader_log_start(replicas, lso_requests)
+    watch.lap("log start requests")
     inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version)
     validated = rules.validate_produce_requests(
         inbox, meta.select(*PARTITION_KEY, "leader", "leader_epoch", "isr", "min_isr", "message_max_bytes")
     ).localCheckpoint()
-    pending = _pending_results(storage).localCheckpoint()
+    watch.lap("read and validate inbox")
+    pending = _pending_results(storage, inputs.last_pending_requests).localCheckpoint()
+    watch.lap("read pending results")
     validated, producer_checks = _check_idempotent_producers(storage, validated)
 
+    watch.lap("producer state")
     appended, replicas = _leader_append(validated, replicas)                       # 2. leader append
     followers = _fetch(replicas, now)                                              # 3. fetch
     isr_changed = _isr_changes(meta, followers, now)                               # 5. ISR
@@ -433,7 +499,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
     old = _old_leader_records(storage, fetching.filter(F.col("fetch_offset") < F.col("leader_leo_before")),
                               inputs.brokers)
     source = appended.select(*LOG_SCHEMA.fieldNames(), "broker")
-    response = rules.fetch_response_records(fetching, source if old is None else source.unionByName(old)).cache()
+    response = rules.fetch_response_records(fetching, source if old is None else source.unionByName(old)).localCheckpoint()
     followers_after = (
         rules.follower_log_end(fetching, response, hw)
         .join(hw.select(*PARTITION_KEY, F.col("high_watermark").alias("_leader_hw")), on=PARTITION_KEY, how="left")
@@ -444,7 +510,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
         .withColumn("hw_moved", F.col("_hw0") != F.col("high_watermark"))
         .withColumn("moved", (F.col("_leo0") != F.col("log_end_offset")) | (F.col("_fo0") != F.col("fetch_offset"))
                     | F.col("hw_moved") | (F.col("_lso0") != F.col("log_start_offset")))
-    ).cache()
+    ).localCheckpoint()
 
     partitions_now = _with_isr(meta, isr_changed).join(hw, on=PARTITION_KEY, how="left")   # 6. acks
     results = _results(validated, appended, pending, partitions_now, producer_checks, round_id)
@@ -455,20 +521,24 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
     state_out = _state_rows(replicas, hw, followers, followers_after, round_id)
     prefixes = state_out.join(replicas.select(*REPLICA_KEY, F.col("log_start_offset").alias("_lso0")),
                               on=REPLICA_KEY, how="inner").filter(F.col("log_start_offset") > F.col("_lso0"))
+    watch.lap("plan and old records")
     figures = _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
                        results, pending_after, state_out, prefixes, producers_out)
 
     # commits: each broker's log once (its leader appends and its follower appends together), then
     # the ISR changes, the replica state (HW), results, metrics
+    watch.lap("compute (summary job)")
     log_rows = appended.select(*LOG_SCHEMA.fieldNames(), "broker").unionByName(response.select(
         *LOG_SCHEMA.fieldNames(), "broker"))
     _append_per_broker(storage, log_rows, set(figures["leader_brokers"]) | set(figures["follower_brokers"]),
                        round_id)
+    watch.lap("commit logs")
     if figures["isr_shrinks"] or figures["isr_expands"]:
         storage.upsert(isr_changed.withColumn("round_id", F.lit(round_id).cast("long"))
                        .select(*storage.read("partitions").columns), "partitions", PARTITION_KEY, round_id)
     if figures["state_rows"]:
         storage.upsert(state_out, "replica_state", REPLICA_KEY, round_id)
+    watch.lap("commit partitions and state")
     for broker in sorted(figures["prefix_brokers"]):
         storage.delete_log_prefixes(broker, prefixes.filter(F.col("broker") == broker)
                                     .select(*PARTITION_KEY, "log_start_offset"), round_id)
@@ -477,6 +547,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
     if figures["result_rows"]:
         storage.append_table(results, "results", round_id)
 
+    watch.lap("commit prefixes, producers, results")
     report = RoundReport(
         round_id=round_id, now_ms=now, inbox_version=inbox_version, admin_version=admin_version,
         retention_checked_ms=now if inputs.retention_due else inputs.last_retention_check_ms,
@@ -484,8 +555,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
         duration_ms=int((time.perf_counter() - started) * 1000),
     )
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds", round_id)
-    for df in (appended, followers, isr_changed, hw, response, followers_after, results, state_out):
-        df.unpersist()
+    watch.lap("commit rounds row")
     return report
 
 

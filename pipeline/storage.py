@@ -1,7 +1,9 @@
 """Infrastructure: where the Delta tables live, how they are created, read and committed.
 
-Every commit a round makes is keyed by the round id (Delta's txnAppId/txnVersion), so a replayed
-round skips what was already committed.
+Every commit a round makes carries the round id and its step in the commit's userMetadata
+(`replog-round=<id>;step=<step>`), so recovery can tell from a table's history which steps of an
+interrupted round landed. Not Delta's txnAppId/txnVersion: checking it makes every commit rebuild
+the table's full snapshot state (three Spark jobs per commit, measured in jobs/profile_round.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ from pipeline import schemas
 __all__ = ["Storage", "TXN_APP_ID"]
 
 TXN_APP_ID = "replog-round"
+
+
+def commit_tag(round_id: int, step: str = "") -> str:
+    """The userMetadata of a round's commit to one table."""
+    return f"{TXN_APP_ID}={round_id};step={step or 'main'}"
 CLUSTER_TABLES = {
     "cluster": schemas.CLUSTER_SCHEMA,
     "brokers": schemas.BROKERS_SCHEMA,
@@ -101,11 +108,10 @@ class Storage:
 
     # -- writes ------------------------------------------------------------------------------
     def append(self, df: DataFrame, path: str, round_id: int | None = None, step: str = "") -> None:
-        """Append; with a round id, idempotent per (table, step, round): a replay is skipped.
-        Two writes of one round to one table need different `step`s."""
+        """Append; with a round id, the commit is tagged with it (see `commit_tag`)."""
         writer = df.write.format("delta").mode("append")
         if round_id is not None:
-            writer = writer.option("txnAppId", f"{TXN_APP_ID}{step}").option("txnVersion", round_id)
+            writer = writer.option("userMetadata", commit_tag(round_id, step))
         writer.save(path)
 
     def append_table(self, df: DataFrame, table: str, round_id: int | None = None) -> None:
@@ -117,13 +123,11 @@ class Storage:
         if round_id is None:
             yield
             return
-        conf.set("spark.databricks.delta.write.txnAppId", f"{TXN_APP_ID}{step}")
-        conf.set("spark.databricks.delta.write.txnVersion", str(round_id))
+        conf.set("spark.databricks.delta.commitInfo.userMetadata", commit_tag(round_id, step))
         try:
             yield
         finally:
-            conf.unset("spark.databricks.delta.write.txnAppId")
-            conf.unset("spark.databricks.delta.write.txnVersion")
+            conf.unset("spark.databricks.delta.commitInfo.userMetadata")
 
     def upsert(self, df: DataFrame, table: str, keys: list[str], round_id: int | None = None) -> None:
         """MERGE rows by key: update all columns when matched, insert otherwise."""

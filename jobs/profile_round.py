@@ -1,0 +1,105 @@
+"""Where an active round spends its time, and what one idempotent Delta commit costs.
+
+    .venv/bin/python jobs/profile_round.py [--partitions 6] [--records 100] [--rounds 8]
+    spark-submit jobs/profile_round.py ...
+
+Part 1 runs rounds on a fresh cluster (3 brokers, RF 3, one acks=all produce request of `--records`
+100-byte records before every round) and prints the median seconds of each driver-side phase
+(`pipeline.round.last_round_phases`) over the rounds after the first two (warm-up).
+
+Part 2 appends the same 300 rows to one Delta table, alternating two ways of making the commit
+recognisable on replay: Delta's txnAppId/txnVersion writer options (Delta then rebuilds the
+table's whole snapshot state to look the transaction up) and a userMetadata tag (what
+`pipeline.storage` does). Same session, interleaved, medians and their ratio.
+
+Writes benchmarks/profile_round.json next to printing it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+
+from pipeline import Cluster, ManualClock, get_spark
+from pipeline.round import last_round_phases
+
+WARM_UP = 2
+
+
+def profile_rounds(spark, root: str, partitions: int, records: int, rounds: int) -> dict:
+    clock = ManualClock(start_ms=0)
+    cluster = Cluster.create(spark, root, brokers=3, clock=clock)
+    cluster.create_topic("profile", partitions=partitions, replication_factor=3)
+    totals, phases = [], []
+    for i in range(rounds):
+        cluster.produce("profile", [{"key": f"k{j}", "value": "v" * 100} for j in range(records)], acks="all")
+        clock.advance(100)
+        started = time.perf_counter()
+        cluster.run_round()
+        if i >= WARM_UP:
+            totals.append(time.perf_counter() - started)
+            phases.append(last_round_phases())
+    names = list(phases[0])
+    return {
+        "round_median_s": statistics.median(totals),
+        "phase_median_s": {n: statistics.median(p.get(n, 0.0) for p in phases) for n in names},
+    }
+
+
+def compare_commits(spark, path: str, repeats: int = 10) -> dict:
+    rows = spark.range(300).selectExpr("id", "repeat('v', 100) AS value")
+    rows.write.format("delta").save(path)
+    txn, tagged = [], []
+    for i in range(1, repeats + 1):
+        started = time.perf_counter()
+        rows.write.format("delta").mode("append").option("txnAppId", "profile").option("txnVersion", i).save(path)
+        txn.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        rows.write.format("delta").mode("append").option("userMetadata", f"replog-round={i};step=main").save(path)
+        tagged.append(time.perf_counter() - started)
+    t, u = statistics.median(txn), statistics.median(tagged)
+    return {"txn_append_median_s": t, "tagged_append_median_s": u, "ratio_txn_over_tagged": t / u}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--records", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--out", default="benchmarks/profile_round.json")
+    args = parser.parse_args()
+
+    spark = get_spark(app_name="replog-profile", extra={"spark.sql.shuffle.partitions": "1"})
+    scratch = tempfile.mkdtemp(prefix="replog-profile-")
+    try:
+        result = {
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
+                       f"Spark {spark.version}",
+            "args": vars(args),
+            "rounds": profile_rounds(spark, os.path.join(scratch, "cluster"), args.partitions, args.records,
+                                     args.rounds),
+            "commits": compare_commits(spark, os.path.join(scratch, "commits")),
+        }
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"active round median {result['rounds']['round_median_s']:.2f} s "
+          f"({args.partitions} partitions, {args.records} records per round, RF 3)")
+    for name, seconds in result["rounds"]["phase_median_s"].items():
+        print(f"  {seconds:6.2f} s  {name}")
+    c = result["commits"]
+    print(f"append with txnAppId {c['txn_append_median_s']:.2f} s, tagged {c['tagged_append_median_s']:.2f} s "
+          f"(ratio {c['ratio_txn_over_tagged']:.1f}x)")
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
