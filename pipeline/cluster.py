@@ -160,7 +160,12 @@ class Cluster:
     def _round_id(self) -> int:
         return self._last_report.round_id if self._last_report else 0
 
-    def run_round(self) -> RoundReport:
+    def last_batch_id(self) -> int | None:
+        """The newest streaming micro-batch that ran a round here (None: none did): a replayed
+        micro-batch at or below it has already run its round."""
+        return self.storage.read("rounds").agg(F.max("batch_id")).first()[0]
+
+    def run_round(self, batch_id: int | None = None) -> RoundReport:
         """One fetch round; the streaming job's foreachBatch runs the same code. A round with
         nothing to do (no new produce request, every partition settled, no pending ack, no
         metadata or broker change since the last round) only writes its metrics row."""
@@ -176,7 +181,7 @@ class Cluster:
             previous_round_ms=last.now_ms if last else None,
             last_admin_version=last.admin_version if last else 0,
             retention_due=retention_due, last_retention_check_ms=checked or 0,
-            last_pending_requests=last.pending_requests if last else None)
+            last_pending_requests=last.pending_requests if last else None, batch_id=batch_id)
         seen = (self.storage.version("inbox"), self.storage.version("partitions"), self.storage.version("admin"),
                 paused, throttles)
         quiet = (last is not None and last.active_partitions == 0 and last.pending_requests == 0

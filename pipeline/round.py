@@ -75,6 +75,7 @@ class RoundReport:
     admin_version: int
     retention_checked_ms: int
     duration_ms: int
+    batch_id: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,6 +97,7 @@ class RoundInputs:
     retention_due: bool = False
     last_retention_check_ms: int = 0
     last_pending_requests: int | None = None  # None: unknown, read the results table
+    batch_id: int | None = None  # the streaming job's micro-batch, recorded in the rounds row
 
 
 # -- reading the inputs (pinned with localCheckpoint: the round writes to the same tables) ------
@@ -552,7 +554,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
         round_id=round_id, now_ms=now, inbox_version=inbox_version, admin_version=admin_version,
         retention_checked_ms=now if inputs.retention_due else inputs.last_retention_check_ms,
         **{f: int(figures[f]) for f in RoundReport.__dataclass_fields__ if f in figures},
-        duration_ms=int((time.perf_counter() - started) * 1000),
+        duration_ms=int((time.perf_counter() - started) * 1000), batch_id=inputs.batch_id,
     )
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds", round_id)
     watch.lap("commit rounds row")
@@ -566,7 +568,7 @@ def idle_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, previ
     report = replace(
         previous, round_id=inputs.round_id, now_ms=inputs.now_ms, inbox_version=inputs.last_inbox_version,
         fetch_request_partitions=0, fetch_response_partitions=0, records_appended=0, records_replicated=0,
-        requests_acked=0, requests_failed=0, isr_shrinks=0, isr_expands=0,
+        requests_acked=0, requests_failed=0, isr_shrinks=0, isr_expands=0, batch_id=inputs.batch_id,
         duration_ms=int((time.perf_counter() - started) * 1000))
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds",
                          inputs.round_id)

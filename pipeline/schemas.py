@@ -144,6 +144,7 @@ ROUNDS_SCHEMA = _s(
     ("admin_version", LongType(), False),
     ("retention_checked_ms", LongType(), False),
     ("duration_ms", LongType(), False),
+    ("batch_id", LongType(), True),  # the streaming job's micro-batch that ran the round
 )
 
 # Append-only: the batches of idempotent producers the leaders appended (the last 5 per producer and

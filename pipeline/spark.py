@@ -79,5 +79,13 @@ def get_spark(master: str | None = None, app_name: str = "replog", extra: dict |
     for key, value in confs.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    # under spark-submit the JVM starts before this runs, so spark.jars set here comes too late and
+    # Spark only warns that the extension is missing: say it instead
+    if not spark.sparkContext._jvm.org.apache.spark.util.Utils.classIsLoadable(
+            "io.delta.sql.DeltaSparkSessionExtension"):
+        spark.stop()
+        raise SparkSetupError(
+            "The Delta Lake classes are not on Spark's classpath: under spark-submit pass "
+            "--properties-file conf/spark-defaults.conf (or --jars with the jars in .cache/jars).")
     spark.sparkContext.setLogLevel("ERROR")
     return spark

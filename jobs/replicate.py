@@ -1,0 +1,199 @@
+"""The replication job: one fetch round per Structured Streaming micro-batch.
+
+    spark-submit jobs/replicate.py --root PATH [--conf-file conf/replog.properties]
+                                   [--trigger-interval 500ms | --available-now] [--checkpoint PATH]
+
+Streaming (the default): a `rate-micro-batch` source gives one micro-batch per trigger whether or
+not anything was produced (lag expiry needs time, not data), and foreachBatch runs
+`Cluster.run_round()`, the same function the API calls. The trigger interval defaults to the
+cluster's `replica.fetch.wait.max.ms`. SIGTERM (or Ctrl-C) to the job's Python process (its pid is
+logged at start) stops the query after the round in progress; a restart resumes from the
+checkpoint. (SIGTERM to the spark-submit JVM stops Spark at once, possibly mid-round.)
+
+`--available-now`: rounds until every produced record is appended, replicated and acknowledged, or
+until `--max-stalled-rounds` rounds in a row change nothing (a stuck follower, say), then exit 0:
+what a scheduled Airflow task wants.
+
+Exit codes: 0 done, 1 the cluster or Spark could not be opened, 2 bad arguments or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+LOG = logging.getLogger("replog.replicate")
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """`key=value` lines; `#` and `!` start comments (Java properties, as Kafka's files are)."""
+    values: dict[str, str] = {}
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line[0] in "#!":
+                continue
+            sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+            if sep <= 0:
+                raise ValueError(f"{path}:{number}: expected key=value, got {line!r}")
+            values[line[:sep].strip()] = line[sep + 1:].strip()
+    return values
+
+
+def parse_interval_ms(text: str) -> int:
+    """'500ms', '2s', '1 minute' or a bare number of milliseconds."""
+    t = text.strip().lower().replace(" ", "")
+    for suffix, scale in (("ms", 1), ("milliseconds", 1), ("seconds", 1000), ("second", 1000), ("s", 1000),
+                          ("minutes", 60000), ("minute", 60000), ("min", 60000)):
+        if t.endswith(suffix) and t[: -len(suffix)].isdigit():
+            return int(t[: -len(suffix)]) * scale
+    if t.isdigit():
+        return int(t)
+    raise ValueError(f"trigger interval {text!r} is not like 500ms, 2s or 1min")
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="replicate.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", default=os.environ.get("REPLOG_ROOT"), help="cluster root (default $REPLOG_ROOT)")
+    parser.add_argument("--conf-file", help="replog.properties: Kafka keys checked before anything runs")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--trigger-interval", help="time between rounds (default: replica.fetch.wait.max.ms)")
+    mode.add_argument("--available-now", action="store_true", help="rounds until all is committed, then exit")
+    parser.add_argument("--checkpoint", help="streaming checkpoint (default ROOT/checkpoints/replicate)")
+    parser.add_argument("--max-stalled-rounds", type=int, default=3,
+                        help="--available-now stops after this many rounds in a row that change nothing")
+    args = parser.parse_args(argv)
+    if not args.root:
+        parser.error("--root is required (or set REPLOG_ROOT)")
+    if args.max_stalled_rounds < 1:
+        parser.error("--max-stalled-rounds must be >= 1")
+    return args
+
+
+def _progress(report: Any) -> str:
+    return (f"round {report.round_id}: appended {report.records_appended}, replicated {report.records_replicated}, "
+            f"acked {report.requests_acked}, failed {report.requests_failed}, pending {report.pending_requests}, "
+            f"active partitions {report.active_partitions}, isr -{report.isr_shrinks}/+{report.isr_expands}, "
+            f"{report.duration_ms} ms")
+
+
+def run_available_now(cluster: Any, max_stalled: int) -> int:
+    """Rounds until quiet (nothing pending, every partition settled) or stalled; the round count."""
+    stalled, rounds = 0, 0
+    while True:
+        report = cluster.run_round()
+        rounds += 1
+        LOG.info(_progress(report))
+        if report.pending_requests == 0 and report.active_partitions == 0:
+            return rounds
+        moved = (report.records_appended or report.records_replicated or report.requests_acked
+                 or report.requests_failed or report.isr_shrinks or report.isr_expands)
+        stalled = 0 if moved else stalled + 1
+        if stalled >= max_stalled:
+            LOG.warning("stopping: %d rounds in a row changed nothing (%d partitions still active)",
+                        stalled, report.active_partitions)
+            return rounds
+
+
+def run_streaming(spark: Any, cluster: Any, interval_ms: int, checkpoint: str) -> None:
+    """One round per micro-batch until SIGTERM/SIGINT; the stop waits for the round in progress."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Progress(StreamingQueryListener):
+        def onQueryStarted(self, event):
+            LOG.info("replication query started: id %s, run %s", event.id, event.runId)
+
+        def onQueryProgress(self, event):
+            p = event.progress
+            LOG.info("micro-batch %s done in %s ms", p.batchId, p.durationMs.get("triggerExecution"))
+
+        def onQueryIdle(self, event):
+            pass
+
+        def onQueryTerminated(self, event):
+            LOG.info("replication query stopped%s", f": {event.exception}" if event.exception else "")
+
+    stopping = threading.Event()
+    in_round = threading.Lock()
+
+    # a micro-batch replayed from an existing checkpoint (the job stopped after its round, before
+    # Spark recorded the batch) already ran its round; a new checkpoint numbers batches from 0
+    resuming = os.path.isdir(os.path.join(checkpoint, "commits"))
+    done_through = cluster.last_batch_id() if resuming else None
+
+    def one_round(_batch: Any, batch_id: int) -> None:
+        with in_round:
+            if stopping.is_set():
+                return
+            if done_through is not None and batch_id <= done_through:
+                LOG.info("batch %d: its round already ran before the restart; skipped", batch_id)
+                return
+            LOG.info("batch %d: %s", batch_id, _progress(cluster.run_round(batch_id=batch_id)))
+
+    spark.streams.addListener(Progress())
+    query = (
+        spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 1).load()
+        .writeStream.queryName("replog-replicate").foreachBatch(one_round)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime=f"{interval_ms} milliseconds").start()
+    )
+
+    def stop(signum: int, _frame: Any) -> None:
+        LOG.info("signal %d: stopping after the current round", signum)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    LOG.info("replicating every %d ms; SIGTERM to pid %d stops after the current round", interval_ms, os.getpid())
+    while query.isActive and not stopping.is_set():
+        query.awaitTermination(0.2)
+    with in_round:  # the round in progress finishes first; later batches do nothing
+        stopping.set()
+    query.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        stream=sys.stderr, force=True)
+    args = _args(argv)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from pipeline.config import validate_cluster_config
+    from pipeline.errors import ReplogError
+
+    try:
+        overrides = read_properties(args.conf_file) if args.conf_file else {}
+        file_config = validate_cluster_config(overrides)
+        interval_ms = parse_interval_ms(args.trigger_interval) if args.trigger_interval else None
+    except (ReplogError, ValueError, OSError) as err:
+        print(f"replicate: {err}", file=sys.stderr)
+        return 2
+
+    from pipeline import Cluster, get_spark
+    from pipeline.spark import SparkSetupError
+
+    try:
+        spark = get_spark(app_name="replog-replicate")
+        cluster = Cluster.open(spark, args.root)
+    except (ReplogError, SparkSetupError) as err:
+        print(f"replicate: {err}", file=sys.stderr)
+        return 1
+    if args.available_now:
+        rounds = run_available_now(cluster, args.max_stalled_rounds)
+        LOG.info("available-now: %d rounds", rounds)
+        return 0
+    if interval_ms is None:
+        key = "replica.fetch.wait.max.ms"
+        interval_ms = int(overrides[key]) if key in overrides else cluster.config.get(key, file_config[key])
+    checkpoint = args.checkpoint or os.path.join(cluster.storage.root, "checkpoints", "replicate")
+    run_streaming(spark, cluster, interval_ms, checkpoint)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
