@@ -1,0 +1,250 @@
+"""`replog`: a Kafka-style command line for a cluster root.
+
+    replog cluster  --create --brokers 3 [--config key=value ...]
+    replog topics   --create --topic T --partitions N --replication-factor RF [--config key=value ...]
+    replog topics   --list | --describe [--topic T] [--under-replicated-partitions |
+                    --under-min-isr-partitions | --unavailable-partitions]
+    replog produce  --topic T [--acks all] [--file F] [--key-separator SEP]     (lines from stdin)
+    replog consume  --topic T (--from-beginning | --offset N) [--partition P] [--replica B]
+                    [--isolation read_committed|read_uncommitted] [--print-key]
+    replog run      --rounds N | --until-committed [--max-rounds 50]
+    replog brokers
+
+Every command takes --root PATH (default: $REPLOG_ROOT). Errors print one line, `replog: CODE:
+message`, and exit 1; bad arguments exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Callable
+
+from pipeline.errors import ErrorCode, ReplogError
+
+_FILTERS = {
+    "under_replicated_partitions": "size(isr) < size(replicas)",
+    "under_min_isr_partitions": "size(isr) < min_isr",
+    "unavailable_partitions": "leader = -1",
+}
+
+
+def _config(pairs: list[str] | None) -> dict[str, str]:
+    config = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ReplogError(ErrorCode.INVALID_CONFIG, f"--config takes key=value, got {pair!r}")
+        config[key.strip()] = value.strip()
+    return config
+
+
+def _spark():
+    from pipeline.spark import get_spark
+    return get_spark(app_name="replog-cli")
+
+
+def _open(args: argparse.Namespace):
+    from pipeline.cluster import Cluster
+    return Cluster.open(_spark(), args.root)
+
+
+def cmd_cluster(args: argparse.Namespace) -> None:
+    from pipeline.cluster import Cluster
+    if not args.create:
+        raise SystemExit("replog cluster: say --create")
+    Cluster.create(_spark(), args.root, brokers=args.brokers, config=_config(args.config))
+    print(f"Created a cluster of {args.brokers} brokers at {os.path.abspath(args.root)}.")
+
+
+def _describe_lines(cluster: Any, args: argparse.Namespace) -> list[str]:
+    df = cluster.describe(args.topic)
+    for flag, condition in _FILTERS.items():
+        if getattr(args, flag):
+            df = df.filter(condition)
+    topics = {r["topic"]: r for r in cluster.topics().collect()}
+    lines, seen = [], set()
+    for r in df.orderBy("topic", "partition").collect():  # the operator's report, bounded by the filter
+        if r["topic"] not in seen and not any(getattr(args, f) for f in _FILTERS):
+            seen.add(r["topic"])
+            t = topics[r["topic"]]
+            lines.append(f"Topic: {t['topic']}\tPartitionCount: {t['partitions']}\t"
+                         f"ReplicationFactor: {t['replication_factor']}\tConfigs: {_configs(t['config'])}")
+        lines.append(f"\tTopic: {r['topic']}\tPartition: {r['partition']}\tLeader: {r['leader']}\t"
+                     f"Replicas: {','.join(map(str, r['replicas']))}\tIsr: {','.join(map(str, r['isr']))}\t"
+                     f"HighWatermark: {r['high_watermark']}\tLogEndOffset: {r['log_end_offset']}")
+    return lines
+
+
+def _configs(config_json: str | None) -> str:
+    import json
+    values = json.loads(config_json) if config_json else {}
+    return ",".join(f"{k}={v}" for k, v in sorted(values.items()))
+
+
+def cmd_topics(args: argparse.Namespace) -> None:
+    cluster = _open(args)
+    if args.create:
+        if not args.topic:
+            raise SystemExit("replog topics --create: --topic is required")
+        cluster.create_topic(args.topic, partitions=args.partitions, replication_factor=args.replication_factor,
+                             config=_config(args.config))
+        print(f"Created topic {args.topic}.")
+    elif args.list:
+        for r in cluster.topics().orderBy("topic").collect():
+            print(r["topic"])
+    else:
+        for line in _describe_lines(cluster, args):
+            print(line)
+
+
+def cmd_produce(args: argparse.Namespace) -> None:
+    cluster = _open(args)
+    stream = open(args.file) if args.file else sys.stdin
+    with stream:
+        lines = [line.rstrip("\n") for line in stream if line.rstrip("\n")]
+    records = []
+    for line in lines:
+        if args.key_separator and args.key_separator in line:
+            key, value = line.split(args.key_separator, 1)
+            records.append({"key": key, "value": value})
+        else:
+            records.append({"value": line})
+    if not records:
+        print("replog produce: no lines to send", file=sys.stderr)
+        return
+    request_id = cluster.produce(args.topic, records, acks=args.acks)
+    print(f"Sent {len(records)} records to {args.topic} (acks={args.acks}), request {request_id}.")
+
+
+def cmd_consume(args: argparse.Namespace) -> None:
+    if not args.from_beginning and args.offset is None:
+        raise SystemExit("replog consume: say --from-beginning or --offset N (it reads what is there and exits)")
+    cluster = _open(args)
+    df = cluster.read(args.topic, partition=args.partition, from_offset=args.offset, replica=args.replica,
+                      isolation=args.isolation)
+    for r in df.orderBy("partition", "offset").toLocalIterator():
+        value = bytes(r["value"]).decode("utf-8", "replace") if r["value"] is not None else "null"
+        if args.print_key:
+            key = bytes(r["key"]).decode("utf-8", "replace") if r["key"] is not None else "null"
+            print(f"{key}\t{value}")
+        else:
+            print(value)
+
+
+def _progress(report: Any, done: int, total: int | None) -> str:
+    width = 20
+    filled = width if total is None else int(width * done / total)
+    bar = "#" * filled + "." * (width - filled)
+    of = f"/{total}" if total else ""
+    return (f"[{bar}] round {report.round_id} ({done}{of}): appended {report.records_appended}, replicated "
+            f"{report.records_replicated}, acked {report.requests_acked}, pending {report.pending_requests}, "
+            f"active partitions {report.active_partitions}")
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    cluster = _open(args)
+    total = args.rounds if args.rounds else None
+    limit = args.rounds or args.max_rounds
+    for done in range(1, limit + 1):
+        report = cluster.run_round()
+        print(_progress(report, done, total), file=sys.stderr)
+        if args.until_committed and report.pending_requests == 0 and report.active_partitions == 0:
+            print(f"Committed: nothing pending after {done} rounds.")
+            return
+    if args.until_committed:
+        raise ReplogError(ErrorCode.REQUEST_TIMED_OUT,
+                          f"still {report.pending_requests} requests pending and {report.active_partitions} "
+                          f"partitions active after {limit} rounds")
+    print(f"Ran {limit} rounds.")
+
+
+def cmd_brokers(args: argparse.Namespace) -> None:
+    cluster = _open(args)
+    leaders = {r["leader"]: r["n"] for r in cluster.describe().groupBy("leader").count()
+               .withColumnRenamed("count", "n").collect()}
+    print("Broker\tState\tFetcher\tLeaders")
+    for r in cluster.storage.read("brokers").orderBy("broker").collect():  # O(brokers)
+        fetcher = "paused" if r["fetcher_paused"] else "running"
+        print(f"{r['broker']}\talive\t{fetcher}\t{leaders.get(r['broker'], 0)}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="replog", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, run: Callable[[argparse.Namespace], None], help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--root", default=os.environ.get("REPLOG_ROOT"), help="cluster root (default $REPLOG_ROOT)")
+        p.set_defaults(run=run)
+        return p
+
+    p = command("cluster", cmd_cluster, "create a cluster")
+    p.add_argument("--create", action="store_true")
+    p.add_argument("--brokers", type=int, default=3)
+    p.add_argument("--config", action="append", metavar="KEY=VALUE")
+
+    p = command("topics", cmd_topics, "create, list, describe topics")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--create", action="store_true")
+    mode.add_argument("--list", action="store_true")
+    mode.add_argument("--describe", action="store_true")
+    p.add_argument("--topic")
+    p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("--replication-factor", type=int, default=1)
+    p.add_argument("--config", action="append", metavar="KEY=VALUE")
+    health = p.add_mutually_exclusive_group()
+    for flag in _FILTERS:
+        health.add_argument("--" + flag.replace("_", "-"), dest=flag, action="store_true")
+
+    p = command("produce", cmd_produce, "send lines as records")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--acks", default="1")
+    p.add_argument("--file")
+    p.add_argument("--key-separator")
+
+    p = command("consume", cmd_consume, "print records")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--from-beginning", action="store_true")
+    p.add_argument("--offset", type=int)
+    p.add_argument("--partition", type=int)
+    p.add_argument("--replica", type=int)
+    p.add_argument("--isolation", default="read_committed", choices=["read_committed", "read_uncommitted"])
+    p.add_argument("--print-key", action="store_true")
+
+    p = command("run", cmd_run, "run fetch rounds")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--rounds", type=int)
+    how.add_argument("--until-committed", action="store_true")
+    p.add_argument("--max-rounds", type=int, default=50, help="--until-committed gives up after this many")
+
+    command("brokers", cmd_brokers, "brokers with their state and leader counts")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.root:
+        parser.error("--root is required (or set REPLOG_ROOT)")
+    if getattr(args, "rounds", None) is not None and args.rounds < 1:
+        parser.error("--rounds must be >= 1")
+    from pipeline.spark import SparkSetupError
+    try:
+        args.run(args)
+    except ReplogError as err:
+        print(f"replog: {err}", file=sys.stderr)
+        return 1
+    except SparkSetupError as err:
+        print(f"replog: {err}", file=sys.stderr)
+        return 1
+    except ValueError as err:
+        print(f"replog: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The `replog` console script, driven as a subprocess the way an operator types it."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_replicate_job import job_env
+
+REPLOG = str(Path(sys.executable).parent / "replog")
+
+pytestmark = pytest.mark.integration
+
+
+def replog(*args, stdin=None, root=None):
+    env = job_env()
+    env.pop("REPLOG_ROOT", None)
+    if root is not None:
+        env["REPLOG_ROOT"] = root
+    return subprocess.run([REPLOG, *args], input=stdin, capture_output=True, text=True, timeout=300, env=env)
+
+
+def last_line(done):
+    return done.stderr.strip().splitlines()[-1]
+
+
+def test_an_operator_session(tmp_path):
+    root = str(tmp_path / "cluster")
+    created = replog("cluster", "--create", "--brokers", "3", "--root", root)
+    assert created.returncode == 0, created.stderr[-2000:]
+
+    topic = replog("topics", "--create", "--topic", "orders", "--partitions", "2", "--replication-factor", "3",
+                   "--config", "min.insync.replicas=2", root=root)  # --root from $REPLOG_ROOT
+    assert topic.returncode == 0 and "Created topic orders." in topic.stdout
+
+    sent = replog("produce", "--topic", "orders", "--acks", "all", "--key-separator", ":",
+                  stdin="k1:first\nk2:second\nthird\n", root=root)
+    assert sent.returncode == 0 and sent.stdout.startswith("Sent 3 records to orders (acks=all)")
+
+    ran = replog("run", "--until-committed", root=root)
+    assert ran.returncode == 0 and ran.stdout.startswith("Committed: nothing pending after ")
+    progress = ran.stderr.count("[####################] round ")  # one progress line per round
+    assert progress >= 2 and f"after {progress} rounds" in ran.stdout
+
+    described = replog("topics", "--describe", "--topic", "orders", root=root).stdout.splitlines()
+    assert described[0] == "Topic: orders\tPartitionCount: 2\tReplicationFactor: 3\tConfigs: min.insync.replicas=2"
+    assert [line.split("\t")[1:6] for line in described[1:]] == [
+        ["Topic: orders", "Partition: 0", "Leader: 0", "Replicas: 0,1,2", "Isr: 0,1,2"],
+        ["Topic: orders", "Partition: 1", "Leader: 1", "Replicas: 1,2,0", "Isr: 1,2,0"]]
+    assert sum(int(line.split("HighWatermark: ")[1].split("\t")[0]) for line in described[1:]) == 3
+
+    healthy = replog("topics", "--describe", "--under-replicated-partitions", root=root)
+    assert healthy.returncode == 0 and healthy.stdout == ""
+
+    consumed = replog("consume", "--topic", "orders", "--from-beginning", "--print-key", root=root)
+    assert sorted(consumed.stdout.splitlines()) == ["k1\tfirst", "k2\tsecond", "null\tthird"]
+
+    assert replog("topics", "--list", root=root).stdout == "orders\n"
+    brokers = replog("brokers", root=root).stdout.splitlines()
+    assert brokers == ["Broker\tState\tFetcher\tLeaders", "0\talive\trunning\t1", "1\talive\trunning\t1",
+                       "2\talive\trunning\t0"]
+
+    again = replog("topics", "--create", "--topic", "orders", "--partitions", "1", root=root)
+    assert again.returncode == 1
+    assert last_line(again) == "replog: TOPIC_ALREADY_EXISTS: topic 'orders' already exists"
+
+
+def test_errors_are_one_line_and_exit_non_zero(tmp_path):
+    missing = replog("topics", "--list", "--root", str(tmp_path / "nothing"))
+    assert missing.returncode == 1
+    assert last_line(missing).startswith("replog: CLUSTER_NOT_FOUND: ")
+
+    bad_args = replog("run", "--root", str(tmp_path))  # neither --rounds nor --until-committed
+    assert bad_args.returncode == 2
+
+    no_root = replog("brokers", root=None)
+    assert no_root.returncode == 2 and "--root is required" in no_root.stderr
