@@ -17,9 +17,10 @@ message`, and exit 1; bad arguments exit 2.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from pipeline.errors import ErrorCode, ReplogError
 
@@ -58,27 +59,26 @@ def cmd_cluster(args: argparse.Namespace) -> None:
     print(f"Created a cluster of {args.brokers} brokers at {os.path.abspath(args.root)}.")
 
 
-def _describe_lines(cluster: Any, args: argparse.Namespace) -> list[str]:
+def _describe_lines(cluster: Any, args: argparse.Namespace) -> Iterator[str]:
+    """Kafka's describe lines, streamed partition by partition (the driver never holds them all)."""
     df = cluster.describe(args.topic)
     for flag, condition in _FILTERS.items():
         if getattr(args, flag):
             df = df.filter(condition)
-    topics = {r["topic"]: r for r in cluster.topics().collect()}
-    lines, seen = [], set()
-    for r in df.orderBy("topic", "partition").collect():  # the operator's report, bounded by the filter
-        if r["topic"] not in seen and not any(getattr(args, f) for f in _FILTERS):
-            seen.add(r["topic"])
-            t = topics[r["topic"]]
-            lines.append(f"Topic: {t['topic']}\tPartitionCount: {t['partitions']}\t"
-                         f"ReplicationFactor: {t['replication_factor']}\tConfigs: {_configs(t['config'])}")
-        lines.append(f"\tTopic: {r['topic']}\tPartition: {r['partition']}\tLeader: {r['leader']}\t"
-                     f"Replicas: {','.join(map(str, r['replicas']))}\tIsr: {','.join(map(str, r['isr']))}\t"
-                     f"HighWatermark: {r['high_watermark']}\tLogEndOffset: {r['log_end_offset']}")
-    return lines
+    topics = {r["topic"]: r for r in cluster.topics().collect()}  # one row per topic
+    headers = not any(getattr(args, f) for f in _FILTERS)
+    current = None
+    for r in df.orderBy("topic", "partition").toLocalIterator():
+        if headers and r["topic"] != current:
+            current, t = r["topic"], topics[r["topic"]]
+            yield (f"Topic: {t['topic']}\tPartitionCount: {t['partitions']}\t"
+                   f"ReplicationFactor: {t['replication_factor']}\tConfigs: {_configs(t['config'])}")
+        yield (f"\tTopic: {r['topic']}\tPartition: {r['partition']}\tLeader: {r['leader']}\t"
+               f"Replicas: {','.join(map(str, r['replicas']))}\tIsr: {','.join(map(str, r['isr']))}\t"
+               f"HighWatermark: {r['high_watermark']}\tLogEndOffset: {r['log_end_offset']}")
 
 
 def _configs(config_json: str | None) -> str:
-    import json
     values = json.loads(config_json) if config_json else {}
     return ",".join(f"{k}={v}" for k, v in sorted(values.items()))
 

@@ -118,7 +118,7 @@ class Storage:
         self.append(df, self.path(table), round_id)
 
     @contextmanager
-    def _txn(self, round_id: int | None, step: str = "") -> Iterator[None]:
+    def _tagged(self, round_id: int | None, step: str = "") -> Iterator[None]:
         conf = self.spark.conf
         if round_id is None:
             yield
@@ -133,7 +133,7 @@ class Storage:
         """MERGE rows by key: update all columns when matched, insert otherwise."""
         condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
         target = DeltaTable.forPath(self.spark, self.path(table))
-        with self._txn(round_id):
+        with self._tagged(round_id):
             (target.alias("t").merge(df.alias("s"), condition)
              .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
 
@@ -142,5 +142,5 @@ class Storage:
         (starts_df: topic, partition, log_start_offset), in one commit."""
         target = DeltaTable.forPath(self.spark, self.log_path(broker))
         condition = "t.topic = s.topic AND t.partition = s.partition AND t.offset < s.log_start_offset"
-        with self._txn(round_id, "-log-start"):
+        with self._tagged(round_id, "-log-start"):
             target.alias("t").merge(starts_df.alias("s"), condition).whenMatchedDelete().execute()
