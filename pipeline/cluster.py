@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 import uuid
+from dataclasses import replace
 from typing import Any, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipeline import fetch_session as sessions
 from pipeline import views
 from pipeline.assignment import assign_replicas
 from pipeline.clock import Clock, SystemClock
@@ -53,6 +56,9 @@ class Cluster:
         last = storage.read("rounds").orderBy(F.col("round_id").desc()).limit(1).collect()
         self._last_report: RoundReport | None = RoundReport(**last[0].asDict()) if last else None
         self._seen: tuple | None = None  # table versions and broker states at the last round
+        self._rng = random.Random()  # fetch session ids
+        self._pairs: tuple[int, dict[tuple[int, int], int]] | None = None  # (partitions version, fetch pairs)
+        self._check_replay = True  # on open and after a failed round: did a crashed round touch caches?
         views.register_views(spark, storage, brokers, config["min.insync.replicas"])
 
     # -- factories ---------------------------------------------------------------------------
@@ -113,7 +119,7 @@ class Cluster:
             [(topic, p, r[0], 0, 0, r, r, 0, self._round_id) for p, r in enumerate(assignment)],
             PARTITIONS_SCHEMA), "partitions")
         self.storage.append_table(self.spark.createDataFrame(
-            [(topic, p, b, 0, 0, 0, 0, now, 0, now, self._round_id) for p, r in enumerate(assignment) for b in r],
+            [(topic, p, b, 0, 0, 0, 0, now, 0, now, 0, self._round_id) for p, r in enumerate(assignment) for b in r],
             REPLICA_STATE_SCHEMA), "replica_state")
         # the topic row last: a topic is visible to producers only once all its partitions are
         self.storage.append_table(self.spark.createDataFrame(
@@ -165,13 +171,50 @@ class Cluster:
         micro-batch at or below it has already run its round."""
         return self.storage.read("rounds").agg(F.max("batch_id")).first()[0]
 
+    def _fetch_pairs(self, partitions_version: int) -> dict[tuple[int, int], int]:
+        """(follower, leader) -> partitions the follower fetches from that leader: the fetch
+        requests of a round (O(brokers^2) values, recounted only when the metadata changes)."""
+        if self._pairs is None or self._pairs[0] != partitions_version:
+            rows = (self.storage.read("partitions").filter(F.col("leader") != -1)
+                    .select("leader", F.explode("replicas").alias("follower"))
+                    .filter(F.col("follower") != F.col("leader")).groupBy("follower", "leader").count().collect())
+            self._pairs = (partitions_version, {(r["follower"], r["leader"]): r["count"] for r in rows})
+        return self._pairs[1]
+
+    def _replayed_sessions(self) -> set[int]:
+        """Sessions whose cached partitions a crashed round already updated: to their leader, the
+        fetcher's next request repeats an epoch it has seen (INVALID_FETCH_SESSION_EPOCH)."""
+        if not self._check_replay:
+            return set()
+        self._check_replay = False
+        rows = (self.storage.read("fetch_session_partitions").filter(F.col("round_id") > self._round_id)
+                .select("session_id").distinct().collect())  # O(sessions)
+        return {r["session_id"] for r in rows}
+
+    def _session_inputs(self, paused: dict[int, int | None], partitions_version: int, now: int) -> dict[str, Any]:
+        before, handles = sessions.sessions_from_json(self._last_report.fetch_sessions if self._last_report else None)
+        replayed = self._replayed_sessions()
+        before = [replace(s, epoch=sessions.next_epoch(s.epoch)) if s.session_id in replayed else s for s in before]
+        contexts, after, handles, evictions = sessions.round_contexts(
+            before, handles, self._fetch_pairs(partitions_version), set(paused), now,
+            self.config["max.incremental.fetch.session.cache.slots"], self._rng,
+            sessionless=self.config["replication.fetch.mode"] == "full")
+        # a session the crashed round opened is known to no one: its cached partitions go
+        orphans = replayed - {s.session_id for s in before}
+        return {"contexts": contexts, "sessions_before": before, "sessions_after": after, "handles_after": handles,
+                "session_evictions": evictions, "orphan_sessions": sorted(orphans)}
+
     def run_round(self, batch_id: int | None = None) -> RoundReport:
         """One fetch round; the streaming job's foreachBatch runs the same code. A round with
         nothing to do (no new produce request, every partition settled, no pending ack, no
-        metadata or broker change since the last round) only writes its metrics row."""
+        metadata or broker change since the last round, every fetch an incremental one of a
+        session) only writes its metrics row, with the sessions' new epochs. With
+        `replication.fetch.mode=full` every round fetches every partition."""
         paused, throttles = self._broker_states()
         last = self._last_report
         now = self.clock.now_ms()
+        partitions_version = self.storage.version("partitions")
+        session_inputs = self._session_inputs(paused, partitions_version, now)
         checked = last.retention_checked_ms if last else None
         retention_due = checked is None or now - checked >= self.config["log.retention.check.interval.ms"]
         inputs = RoundInputs(
@@ -181,15 +224,20 @@ class Cluster:
             previous_round_ms=last.now_ms if last else None,
             last_admin_version=last.admin_version if last else 0,
             retention_due=retention_due, last_retention_check_ms=checked or 0,
-            last_pending_requests=last.pending_requests if last else None, batch_id=batch_id)
-        seen = (self.storage.version("inbox"), self.storage.version("partitions"), self.storage.version("admin"),
+            last_pending_requests=last.pending_requests if last else None, batch_id=batch_id, **session_inputs)
+        seen = (self.storage.version("inbox"), partitions_version, self.storage.version("admin"),
                 paused, throttles)
         quiet = (last is not None and last.active_partitions == 0 and last.pending_requests == 0
-                 and not retention_due)
-        if quiet and seen == self._seen:
-            report = idle_round(self.spark, self.storage, inputs, last)
-        else:
-            report = run_round(self.spark, self.storage, inputs)
+                 and not retention_due
+                 and all(c.kind == "incremental" for c in session_inputs["contexts"]))
+        try:
+            if quiet and seen == self._seen:
+                report = idle_round(self.spark, self.storage, inputs, last)
+            else:
+                report = run_round(self.spark, self.storage, inputs)
+        except BaseException:
+            self._check_replay = True
+            raise
         self._last_report, self._seen = report, seen
         return report
 
@@ -217,8 +265,23 @@ class Cluster:
 
     def metrics(self) -> DataFrame:
         """name, value, round_id, now_ms: UnderReplicatedPartitions, UnderMinIsrPartitionCount,
-        AtMinIsrPartitionCount, OfflinePartitionsCount, MaxLag, IsrShrinksPerSec, IsrExpandsPerSec."""
+        AtMinIsrPartitionCount, OfflinePartitionsCount, MaxLag, IsrShrinksPerSec, IsrExpandsPerSec,
+        NumIncrementalFetchSessions, NumIncrementalFetchPartitionsCached,
+        IncrementalFetchSessionEvictionsPerSec."""
         return self.spark.sql(views.metrics_sql(self.storage))
+
+    def fetch_sessions(self) -> DataFrame:
+        """Every leader's KIP-227 fetch session cache after the newest round: leader, fetcher,
+        privileged, session_id, epoch (the next one the leader expects), created_ms, last_used_ms,
+        partitions, round_id."""
+        return self.spark.sql(views.fetch_sessions_sql(self.storage))
+
+    def fetch_requests(self) -> list[sessions.Context]:
+        """What each leader made of each fetch request of the newest round (kind 'full',
+        'incremental', 'sessionless' or 'error' with FETCH_SESSION_ID_NOT_FOUND /
+        INVALID_FETCH_SESSION_EPOCH)."""
+        text = self._last_report.fetch_sessions if self._last_report else None
+        return [sessions.Context(**c) for c in json.loads(text)["requests"]] if text else []
 
     def laggiest_replicas(self, n: int = 10) -> DataFrame:
         """The `n` followers furthest behind: topic, partition, broker, in_isr, lag_records, lag_ms."""

@@ -22,6 +22,9 @@ class ConfigKey:
     doc: str
 
 
+FETCH_MODES = ("incremental", "full")
+
+
 def _positive(v: Any) -> bool:
     return v > 0
 
@@ -63,7 +66,9 @@ _KEYS = [
     ConfigKey("log.retention.check.interval.ms", int, 300000, _positive, "> 0",
               "how often a round applies retention.ms / retention.bytes"),
     ConfigKey("max.incremental.fetch.session.cache.slots", int, 1000, _non_negative, ">= 0",
-              "fetch sessions the leader keeps"),
+              "fetch sessions each leader broker keeps (KIP-227)"),
+    ConfigKey("replication.fetch.mode", str, "incremental", lambda v: v in FETCH_MODES, "incremental|full",
+              "incremental: KIP-227 fetch sessions; full: every partition in every fetch (for comparison)"),
 ]
 CLUSTER_KEYS: dict[str, ConfigKey] = {k.name: k for k in _KEYS}
 _TOPIC_NAMES = ["replica.lag.time.max.ms", "min.insync.replicas", "unclean.leader.election.enable",
@@ -80,6 +85,11 @@ def _parse(key: ConfigKey, raw: Any) -> Any:
         if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
             return raw.strip().lower() == "true"
         raise bad
+    if key.kind is str:
+        value = raw.strip() if isinstance(raw, str) else raw
+        if not isinstance(value, str) or not key.check(value):
+            raise bad
+        return value
     if isinstance(raw, bool):
         raise bad
     if isinstance(raw, int):

@@ -153,23 +153,50 @@ def maybe_increment_leader_hw(replicas_df: DataFrame, now_ms: int) -> DataFrame:
 
 
 def fetch_response_records(fetch_df: DataFrame, leader_records_df: DataFrame) -> DataFrame:
-    """Records a leader returns per fetched partition: from the fetch offset, at most
-    `partition_max_bytes` per partition but always at least one record.
+    """Records a leader returns to one fetch request (a follower broker and a leader broker),
+    Kafka's ReplicaManager.readFromLog: partitions in the request's order (`fetch_order`, then
+    topic and partition: a follower moves partitions that returned records to the back, so none
+    starves); each from its fetch offset, at most `partition_max_bytes`, while the response stays
+    within `response_max_bytes`. The first record of the first partition with records always goes
+    (KIP-74), so a record larger than the limits still moves. The partition that does not fit whole
+    gets the records that fit, and the response ends there (Kafka also reads later partitions into
+    the bytes left, which differs only when a later partition's first record is smaller than them).
 
-    fetch_df: broker (the follower), topic, partition, fetch_offset, partition_max_bytes;
-    leader_records_df: log rows of the leaders. Returns log rows with broker = the follower.
+    fetch_df: broker (the follower), leader, topic, partition, fetch_offset, partition_max_bytes,
+    response_max_bytes, fetch_order; leader_records_df: log rows of the leaders. Returns log rows
+    with broker = the follower.
     """
-    order = Window.partitionBy("broker", *PARTITION_KEY).orderBy("offset")
-    size = record_size(F.col("key"), F.col("value"))
-    return (
+    in_partition = Window.partitionBy("broker", *PARTITION_KEY).orderBy("offset")
+    in_request = Window.partitionBy("broker", "leader").orderBy("fetch_order", *PARTITION_KEY)
+    earlier = in_request.rowsBetween(Window.unboundedPreceding, -1)
+    candidates = (
         leader_records_df.drop("broker")
-        .join(fetch_df.select("broker", *PARTITION_KEY, "fetch_offset", "partition_max_bytes"),
-              on=PARTITION_KEY, how="inner")
+        .join(fetch_df.select("broker", "leader", *PARTITION_KEY, "fetch_offset", "partition_max_bytes",
+                              "response_max_bytes", "fetch_order"), on=PARTITION_KEY, how="inner")
         .filter(F.col("offset") >= F.col("fetch_offset"))
-        .withColumn("_bytes", F.sum(size).over(order))
-        .withColumn("_first", F.row_number().over(order) == 1)
-        .filter(F.col("_first") | (F.col("_bytes") <= F.col("partition_max_bytes")))
-        .drop("_bytes", "_first", "fetch_offset", "partition_max_bytes")
+        .withColumn("_size", record_size(F.col("key"), F.col("value")))
+        .withColumn("_bytes", F.sum("_size").over(in_partition))
+        .withColumn("_first", F.row_number().over(in_partition) == 1)
+    )
+    within_partition = F.col("_bytes") <= F.col("partition_max_bytes")
+    partitions = (
+        candidates.groupBy("broker", "leader", *PARTITION_KEY, "fetch_order")
+        .agg(F.sum(F.when(within_partition, F.col("_size")).otherwise(0)).alias("_fits"),
+             F.max(F.when(F.col("_first"), F.col("_size"))).alias("_first_size"))
+        .withColumn("_rank", F.row_number().over(in_request))
+        # the first partition's first record goes even when it is over the limits
+        .withColumn("_taken", F.when(F.col("_rank") == 1, F.greatest("_fits", "_first_size"))
+                    .otherwise(F.col("_fits")))
+        .withColumn("_before", F.coalesce(F.sum("_taken").over(earlier), F.lit(0)))
+        .drop("fetch_order", "_first_size", "_taken")
+    )
+    first_of_response = (F.col("_rank") == 1) & F.col("_first")
+    fits = within_partition & (F.col("_before") + F.col("_bytes") <= F.col("response_max_bytes"))
+    return (
+        candidates.join(partitions, on=["broker", "leader", *PARTITION_KEY], how="inner")
+        .filter(first_of_response | fits)
+        .drop("_size", "_bytes", "_first", "_fits", "_rank", "_before", "leader", "fetch_offset",
+              "partition_max_bytes", "response_max_bytes", "fetch_order")
     )
 
 

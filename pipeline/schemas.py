@@ -25,6 +25,7 @@ __all__ = [
     "ADMIN_SCHEMA",
     "PRODUCERS_SCHEMA",
     "CLUSTER_SCHEMA",
+    "FETCH_SESSION_PARTITIONS_SCHEMA",
     "NO_LEADER",
     "PARTITION_KEY",
     "REPLICA_KEY",
@@ -105,6 +106,7 @@ REPLICA_STATE_SCHEMA = _s(
     ("last_fetch_time_ms", LongType(), False),
     ("last_fetch_leader_leo", LongType(), False),
     ("last_caught_up_time_ms", LongType(), False),
+    ("last_data_round", LongType(), False),  # a follower's last round that received records: fetch order
     ("round_id", LongType(), False),
 )
 
@@ -145,6 +147,23 @@ ROUNDS_SCHEMA = _s(
     ("retention_checked_ms", LongType(), False),
     ("duration_ms", LongType(), False),
     ("batch_id", LongType(), True),  # the streaming job's micro-batch that ran the round
+    ("incremental_fetch_sessions", LongType(), False),
+    ("incremental_fetch_partitions_cached", LongType(), False),
+    ("fetch_session_evictions", LongType(), False),
+    ("fetch_sessions", StringType(), True),  # JSON: every leader's session cache and every fetcher's handle
+)
+
+# KIP-227: per fetch session, the partitions the leader caches (its CachedPartition).
+FETCH_SESSION_PARTITIONS_SCHEMA = _s(
+    ("session_id", IntegerType(), False),
+    ("topic", StringType(), False),
+    ("partition", IntegerType(), False),
+    ("max_bytes", LongType(), False),
+    ("fetch_offset", LongType(), False),
+    ("fetcher_log_start_offset", LongType(), False),
+    ("high_watermark", LongType(), False),
+    ("leader_log_start_offset", LongType(), False),
+    ("round_id", LongType(), False),
 )
 
 # Append-only: the batches of idempotent producers the leaders appended (the last 5 per producer and

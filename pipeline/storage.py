@@ -37,6 +37,7 @@ CLUSTER_TABLES = {
     "producers": schemas.PRODUCERS_SCHEMA,
     "results": schemas.RESULTS_SCHEMA,
     "rounds": schemas.ROUNDS_SCHEMA,
+    "fetch_session_partitions": schemas.FETCH_SESSION_PARTITIONS_SCHEMA,
 }
 _PROPS = {
     "delta.autoOptimize.optimizeWrite": "false",
@@ -77,7 +78,7 @@ class Storage:
         for name, schema in CLUSTER_TABLES.items():
             if name == "cluster":
                 continue  # written last: its presence marks a complete cluster
-            props = _INBOX_PROPS if name in ("inbox", "admin") else _STATE_PROPS if name in ("replica_state", "partitions") else _PROPS
+            props = _INBOX_PROPS if name in ("inbox", "admin") else _STATE_PROPS if name in ("replica_state", "partitions", "fetch_session_partitions") else _PROPS
             self._create(self.path(name), schema, props)
         for broker in brokers:
             self.create_log(broker)
@@ -136,6 +137,17 @@ class Storage:
         with self._tagged(round_id):
             (target.alias("t").merge(df.alias("s"), condition)
              .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+
+    def merge_deleting(self, df: DataFrame, table: str, keys: list[str], round_id: int) -> None:
+        """MERGE rows by key in one commit: rows with `_delete` delete their match, the others
+        update it or are inserted."""
+        condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+        columns = {c: f"s.`{c}`" for c in df.columns if c != "_delete"}
+        target = DeltaTable.forPath(self.spark, self.path(table))
+        with self._tagged(round_id):
+            (target.alias("t").merge(df.alias("s"), condition)
+             .whenMatchedDelete(condition="s._delete").whenMatchedUpdate(set=columns)
+             .whenNotMatchedInsert(condition="NOT s._delete", values=columns).execute())
 
     def delete_log_prefixes(self, broker: int, starts_df: DataFrame, round_id: int) -> None:
         """Physically removes a broker's records below each partition's new log start offset

@@ -7,7 +7,7 @@ from pyspark.sql import SparkSession
 from pipeline.storage import Storage
 
 __all__ = ["partitions_sql", "replicas_sql", "results_sql", "logs_sql", "committed_sql", "metrics_sql",
-           "lagging_replicas_sql", "register_views", "DATABASE", "RATE_WINDOW_MS"]
+           "lagging_replicas_sql", "fetch_sessions_sql", "register_views", "DATABASE", "RATE_WINDOW_MS"]
 
 DATABASE = "replog"
 # Kafka's *PerSec meters report a one-minute rate; here: events per second over the trailing minute
@@ -76,14 +76,35 @@ def metrics_sql(storage: Storage) -> str:
         ("MaxLag", "max_lag"),
         ("IsrShrinksPerSec", "shrinks_per_sec"),
         ("IsrExpandsPerSec", "expands_per_sec"),
+        ("NumIncrementalFetchSessions", "incremental_fetch_sessions"),
+        ("NumIncrementalFetchPartitionsCached", "incremental_fetch_partitions_cached"),
+        ("IncrementalFetchSessionEvictionsPerSec", "evictions_per_sec"),
     ])
     return f"""
 WITH last AS (SELECT * FROM {rounds} ORDER BY round_id DESC LIMIT 1),
      recent AS (SELECT CAST(coalesce(sum(r.isr_shrinks), 0) AS DOUBLE) / {RATE_WINDOW_MS // 1000} AS shrinks_per_sec,
-                       CAST(coalesce(sum(r.isr_expands), 0) AS DOUBLE) / {RATE_WINDOW_MS // 1000} AS expands_per_sec
+                       CAST(coalesce(sum(r.isr_expands), 0) AS DOUBLE) / {RATE_WINDOW_MS // 1000} AS expands_per_sec,
+                       CAST(coalesce(sum(r.fetch_session_evictions), 0) AS DOUBLE) / {RATE_WINDOW_MS // 1000}
+                         AS evictions_per_sec
                 FROM {rounds} r CROSS JOIN last WHERE r.now_ms > last.now_ms - {RATE_WINDOW_MS})
-SELECT stack(7, {gauges}) AS (name, value), last.round_id, last.now_ms
+SELECT stack(10, {gauges}) AS (name, value), last.round_id, last.now_ms
 FROM last CROSS JOIN recent"""
+
+
+_SESSIONS_JSON = ("struct<sessions: array<struct<leader: int, fetcher: string, privileged: boolean, session_id: int, "
+                  "epoch: int, created_ms: bigint, last_used_ms: bigint, size: int>>, "
+                  "handles: array<struct<fetcher: string, leader: int, session_id: int, epoch: int>>>")
+
+
+def fetch_sessions_sql(storage: Storage) -> str:
+    """Every leader's KIP-227 session cache as of the newest round: one row per session, with the
+    epoch the leader expects next and the partitions it caches."""
+    return f"""
+SELECT s.leader, s.fetcher, s.privileged, s.session_id, s.epoch, s.created_ms, s.last_used_ms,
+       s.size AS partitions, last.round_id
+FROM (SELECT round_id, from_json(fetch_sessions, '{_SESSIONS_JSON}') AS j
+      FROM {_t(storage, 'rounds')} ORDER BY round_id DESC LIMIT 1) last
+LATERAL VIEW explode(last.j.sessions) x AS s"""
 
 
 def lagging_replicas_sql(storage: Storage) -> str:
@@ -100,7 +121,7 @@ ORDER BY lag_records DESC, lag_ms DESC, r.topic, r.partition, r.broker"""
 
 def register_views(spark: SparkSession, storage: Storage, brokers: list[int], min_isr_default: int) -> None:
     """`replog.partitions`, `replog.replicas`, `replog.rounds`, `replog.produce_results`,
-    `replog.committed`, `replog.metrics`, `replog.lagging_replicas` in the session catalog,
+    `replog.committed`, `replog.metrics`, `replog.lagging_replicas`, `replog.fetch_sessions` in the session catalog,
     pointing at this cluster's tables."""
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
     views = {
@@ -111,6 +132,7 @@ def register_views(spark: SparkSession, storage: Storage, brokers: list[int], mi
         "committed": committed_sql(storage, brokers),
         "metrics": metrics_sql(storage),
         "lagging_replicas": lagging_replicas_sql(storage),
+        "fetch_sessions": fetch_sessions_sql(storage),
     }
     for name, sql in views.items():
         spark.sql(f"CREATE OR REPLACE VIEW {DATABASE}.{name} AS {sql}")

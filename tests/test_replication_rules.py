@@ -81,13 +81,15 @@ def test_assign_offsets_from_leader_leo_in_produce_order(spark):
 
 
 LOG_COLS = "topic string, partition int, offset long, key binary, value binary, broker int"
+FETCH_COLS = ("broker int, leader int, topic string, partition int, fetch_offset long, partition_max_bytes long, "
+              "response_max_bytes long, fetch_order long")
 
 
 def test_fetch_response_from_fetch_offset_within_partition_max_bytes(spark):
     size = RECORD_OVERHEAD_BYTES + 10
     records = spark.createDataFrame([("t", 0, o, None, b"0123456789", 0) for o in range(6)], LOG_COLS)
-    fetch = spark.createDataFrame([(1, "t", 0, 2, 2 * size), (2, "t", 0, 5, 1)],
-                                  "broker int, topic string, partition int, fetch_offset long, partition_max_bytes long")
+    fetch = spark.createDataFrame([(1, 0, "t", 0, 2, 2 * size, 100 * size, 0), (2, 0, "t", 0, 5, 1, 100 * size, 0)],
+                                  FETCH_COLS)
     result = fetch_response_records(fetch, records).select("broker", "offset")
     # broker 1: two records fit; broker 2: the limit fits none, but one record always goes
     assert_df_equality(result, spark.createDataFrame([(1, 2), (1, 3), (2, 5)], "broker int, offset long"),
