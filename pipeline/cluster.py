@@ -57,8 +57,8 @@ class Cluster:
         self._last_report: RoundReport | None = RoundReport(**last[0].asDict()) if last else None
         self._seen: tuple | None = None  # table versions and broker states at the last round
         self._rng = random.Random()  # fetch session ids
+        self._brokers_seen: tuple | None = None  # (brokers table version, paused, throttles)
         self._pairs: tuple[int, dict[tuple[int, int], int]] | None = None  # (partitions version, fetch pairs)
-        self._check_replay = True  # on open and after a failed round: did a crashed round touch caches?
         views.register_views(spark, storage, brokers, config["min.insync.replicas"])
 
     # -- factories ---------------------------------------------------------------------------
@@ -119,7 +119,8 @@ class Cluster:
             [(topic, p, r[0], 0, 0, r, r, 0, self._round_id) for p, r in enumerate(assignment)],
             PARTITIONS_SCHEMA), "partitions")
         self.storage.append_table(self.spark.createDataFrame(
-            [(topic, p, b, 0, 0, 0, 0, now, 0, now, 0, self._round_id) for p, r in enumerate(assignment) for b in r],
+            [(topic, p, b, 0, 0, 0, 0, now, 0, now, 0, 0, 0, -1, -1, self._round_id)
+             for p, r in enumerate(assignment) for b in r],
             REPLICA_STATE_SCHEMA), "replica_state")
         # the topic row last: a topic is visible to producers only once all its partitions are
         self.storage.append_table(self.spark.createDataFrame(
@@ -156,11 +157,15 @@ class Cluster:
 
     # -- rounds ------------------------------------------------------------------------------
     def _broker_states(self) -> tuple[dict[int, int | None], dict[int, int]]:
-        rows = self.storage.read("brokers").collect()  # O(brokers)
-        paused = {r["broker"]: r["changed_ms"] for r in rows if r["fetcher_paused"]}
-        throttles = {r["broker"]: r["fetch_max_bytes_per_round"] for r in rows
-                     if r["fetch_max_bytes_per_round"] is not None}
-        return paused, throttles
+        """(paused brokers -> their last fetch, throttles), re-read only when the table changed."""
+        version = self.storage.version("brokers")
+        if self._brokers_seen is None or self._brokers_seen[0] != version:
+            rows = self.storage.read("brokers").collect()  # O(brokers)
+            paused = {r["broker"]: r["changed_ms"] for r in rows if r["fetcher_paused"]}
+            throttles = {r["broker"]: r["fetch_max_bytes_per_round"] for r in rows
+                         if r["fetch_max_bytes_per_round"] is not None}
+            self._brokers_seen = (version, paused, throttles)
+        return dict(self._brokers_seen[1]), dict(self._brokers_seen[2])
 
     @property
     def _round_id(self) -> int:
@@ -181,28 +186,14 @@ class Cluster:
             self._pairs = (partitions_version, {(r["follower"], r["leader"]): r["count"] for r in rows})
         return self._pairs[1]
 
-    def _replayed_sessions(self) -> set[int]:
-        """Sessions whose cached partitions a crashed round already updated: to their leader, the
-        fetcher's next request repeats an epoch it has seen (INVALID_FETCH_SESSION_EPOCH)."""
-        if not self._check_replay:
-            return set()
-        self._check_replay = False
-        rows = (self.storage.read("fetch_session_partitions").filter(F.col("round_id") > self._round_id)
-                .select("session_id").distinct().collect())  # O(sessions)
-        return {r["session_id"] for r in rows}
-
     def _session_inputs(self, paused: dict[int, int | None], partitions_version: int, now: int) -> dict[str, Any]:
         before, handles = sessions.sessions_from_json(self._last_report.fetch_sessions if self._last_report else None)
-        replayed = self._replayed_sessions()
-        before = [replace(s, epoch=sessions.next_epoch(s.epoch)) if s.session_id in replayed else s for s in before]
         contexts, after, handles, evictions = sessions.round_contexts(
             before, handles, self._fetch_pairs(partitions_version), set(paused), now,
             self.config["max.incremental.fetch.session.cache.slots"], self._rng,
             sessionless=self.config["replication.fetch.mode"] == "full")
-        # a session the crashed round opened is known to no one: its cached partitions go
-        orphans = replayed - {s.session_id for s in before}
-        return {"contexts": contexts, "sessions_before": before, "sessions_after": after, "handles_after": handles,
-                "session_evictions": evictions, "orphan_sessions": sorted(orphans)}
+        return {"contexts": contexts, "sessions_after": after, "handles_after": handles,
+                "session_evictions": evictions}
 
     def run_round(self, batch_id: int | None = None) -> RoundReport:
         """One fetch round; the streaming job's foreachBatch runs the same code. A round with
@@ -230,14 +221,10 @@ class Cluster:
         quiet = (last is not None and last.active_partitions == 0 and last.pending_requests == 0
                  and not retention_due
                  and all(c.kind == "incremental" for c in session_inputs["contexts"]))
-        try:
-            if quiet and seen == self._seen:
-                report = idle_round(self.spark, self.storage, inputs, last)
-            else:
-                report = run_round(self.spark, self.storage, inputs)
-        except BaseException:
-            self._check_replay = True
-            raise
+        if quiet and seen == self._seen:
+            report = idle_round(self.spark, self.storage, inputs, last)
+        else:
+            report = run_round(self.spark, self.storage, inputs)
         self._last_report, self._seen = report, seen
         return report
 

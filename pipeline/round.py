@@ -10,10 +10,9 @@ went from ~16 s to ~10 s on 2 cores). The checkpoint blocks are freed when the D
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from functools import reduce
-from typing import Any, Iterator
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -25,35 +24,13 @@ from pipeline import isr as isr_rules
 from pipeline import log_start
 from pipeline import producer_state
 from pipeline import replication as rules
-from pipeline.schemas import (FETCH_SESSION_PARTITIONS_SCHEMA, LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PRODUCERS_SCHEMA, REPLICA_KEY,
+from pipeline.schemas import (LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PRODUCERS_SCHEMA, REPLICA_KEY,
                               REPLICA_STATE_SCHEMA, RESULTS_SCHEMA, ROUNDS_SCHEMA)
 from pipeline.storage import Storage
 
-__all__ = ["RoundReport", "RoundInputs", "run_round", "idle_round", "last_round_phases", "inject_crash",
-           "RoundCrash"]
+__all__ = ["RoundReport", "RoundInputs", "run_round", "idle_round", "last_round_phases"]
 
 _PHASES: dict[str, float] = {}
-_CRASH_AFTER: set[str] = set()
-
-
-class RoundCrash(RuntimeError):
-    """Raised by `inject_crash`: the round stopped as a crashed job would, after `step`."""
-
-
-@contextmanager
-def inject_crash(step: str) -> Iterator[None]:
-    """Fault injection for crash tests: rounds run inside the block stop right after `step`
-    (today: "fetch session cache", the first commit of a round)."""
-    _CRASH_AFTER.add(step)
-    try:
-        yield
-    finally:
-        _CRASH_AFTER.discard(step)
-
-
-def _maybe_crash(step: str) -> None:
-    if step in _CRASH_AFTER:
-        raise RoundCrash(f"injected crash after {step}")
 
 
 def last_round_phases() -> dict[str, float]:
@@ -70,6 +47,7 @@ class _Stopwatch:
         now = time.perf_counter()
         _PHASES[phase] = _PHASES.get(phase, 0.0) + now - self.mark
         self.mark = now
+
 
 REQUEST_KEY = ["request_id", "topic", "partition"]
 _FETCH_KINDS = ("full", "sessionless", "incremental")  # contexts that serve data (not "error")
@@ -130,11 +108,9 @@ class RoundInputs:
     # KIP-227: what each leader made of each follower's fetch request this round, and the caches and
     # handles after them (see fetch_session.round_contexts)
     contexts: list = field(default_factory=list)
-    sessions_before: list = field(default_factory=list)
     sessions_after: list = field(default_factory=list)
     handles_after: list = field(default_factory=list)
     session_evictions: int = 0
-    orphan_sessions: list = field(default_factory=list)  # opened by a crashed round, known to no one
 
 
 # -- reading the inputs (pinned with localCheckpoint: the round writes to the same tables) ------
@@ -174,7 +150,7 @@ def _contexts(spark: SparkSession, inputs: RoundInputs) -> DataFrame:
     """One row per fetch request of the round: follower broker, leader, the leader's context."""
     prefix = len(sessions.REPLICA_FETCHER_PREFIX)
     rows = [(int(c.fetcher[prefix:]), c.leader, c.kind, c.session_id) for c in inputs.contexts]
-    return spark.createDataFrame(rows, "broker int, leader int, fetch_kind string, session_id int")
+    return spark.createDataFrame(rows, "broker int, leader int, fetch_kind string, request_session_id int")
 
 
 def _read_replicas(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> tuple[DataFrame, DataFrame]:
@@ -439,82 +415,63 @@ def _state_rows(replicas: DataFrame, hw: DataFrame, followers: DataFrame, follow
     ).localCheckpoint()
 
 
-def _session_requests(storage: Storage, inputs: RoundInputs, fetching: DataFrame) -> tuple[DataFrame | None, DataFrame]:
-    """(the leader's cached partitions of this round's incremental sessions, the partitions each
-    request carries: session_id, topic, partition, change). A full request carries every partition
-    ('full'); an incremental one only those added, altered or removed (KIP-227)."""
+def _session_requests(inputs: RoundInputs, replicas: DataFrame, fetching: DataFrame) -> DataFrame:
+    """The partitions each fetch request carries: session_id, topic, partition, change. A full
+    request carries every partition ('full'); an incremental one only those added, altered or
+    removed against the leader's cache (KIP-227), which sits in the follower rows of replica_state."""
     full = fetching.filter(F.col("fetch_kind") != "incremental").select(
-        "session_id", *PARTITION_KEY, F.lit("full").alias("change"))
+        F.col("request_session_id").alias("session_id"), *PARTITION_KEY, F.lit("full").alias("change"))
     ids = [c.session_id for c in inputs.contexts if c.kind == "incremental"]
     if not ids:
-        return None, full.localCheckpoint()
-    cached = (storage.read("fetch_session_partitions").filter(F.col("session_id").isin(ids))
-              .drop("round_id").localCheckpoint())
+        return full
     wanted = fetching.filter(F.col("fetch_kind") == "incremental").select(
-        "session_id", *PARTITION_KEY, "fetch_offset", "log_start_offset", F.col("partition_max_bytes").alias("max_bytes"))
-    return cached, full.unionByName(sessions.incremental_request(wanted, cached)).localCheckpoint()
+        F.col("request_session_id").alias("session_id"), *PARTITION_KEY, "fetch_offset", "log_start_offset",
+        F.col("partition_max_bytes").alias("max_bytes"))
+    cached = replicas.filter(~F.col("is_leader") & F.col("session_id").isin(ids)).select(
+        "session_id", *PARTITION_KEY, "fetch_offset", F.col("log_start_offset").alias("fetcher_log_start_offset"),
+        F.col("session_max_bytes").alias("max_bytes"))
+    return full.unionByName(sessions.incremental_request(wanted, cached))
 
 
 def _followers_after(fetching: DataFrame, response: DataFrame, hw: DataFrame, replicas: DataFrame,
-                     cached: DataFrame | None, round_id: int) -> DataFrame:
-    """Followers after the response: `responded` says whether the response carried the partition
+                     round_id: int) -> DataFrame:
+    """Followers after the response. `responded`: whether the response carried the partition
     (always in a full response; in an incremental one per KIP-227's rule, a partition new to the
-    session counting as cached with HW -1). A partition left out keeps what its follower had."""
-    if cached is None:
-        cached = fetching.sparkSession.createDataFrame([], FETCH_SESSION_PARTITIONS_SCHEMA).drop("round_id")
+    session counting as cached with HW -1). A partition left out keeps what its follower had. The
+    session columns become the leader's cache entry after responding (none without a session)."""
     unknown = F.lit(-1).cast("long")
+    in_cache = F.col("session_id") == F.col("request_session_id")
+    cached_hw = F.when(in_cache, F.col("session_high_watermark")).otherwise(unknown)
+    cached_lso = F.when(in_cache, F.col("session_leader_log_start_offset")).otherwise(unknown)
     responded = F.when(F.col("fetch_kind") != "incremental", F.lit(True)).otherwise(sessions.must_respond(
-        F.col("records_received"), F.col("_leader_hw"), F.coalesce(F.col("_c_hw"), unknown), F.col("leader_lso"),
-        F.coalesce(F.col("_c_lso"), unknown), F.lit(None).cast("string")))
+        F.col("records_received"), F.col("_leader_hw"), cached_hw, F.col("leader_lso"), cached_lso,
+        F.lit(None).cast("string")))
+    cached = (F.col("request_session_id") != sessions.INVALID_SESSION_ID) & F.col("fetch_kind").isin("full", "incremental")
+    before = ["session_id", "session_max_bytes", "session_high_watermark", "session_leader_log_start_offset"]
     return (
         rules.follower_log_end(fetching, response, hw)
         .join(hw.select(*PARTITION_KEY, F.col("high_watermark").alias("_leader_hw")), on=PARTITION_KEY, how="left")
         .join(replicas.select(*REPLICA_KEY, F.col("log_end_offset").alias("_leo0"), F.col("fetch_offset").alias("_fo0"),
-                              F.col("high_watermark").alias("_hw0"), F.col("log_start_offset").alias("_lso0")),
+                              F.col("high_watermark").alias("_hw0"), F.col("log_start_offset").alias("_lso0"),
+                              F.struct(*before).alias("_session0")),
               on=REPLICA_KEY, how="left")
-        .join(cached.select(*sessions.SESSION_PARTITION_KEY, F.col("high_watermark").alias("_c_hw"),
-                            F.col("leader_log_start_offset").alias("_c_lso")),
-              on=sessions.SESSION_PARTITION_KEY, how="left")
         .withColumn("responded", responded)
         .withColumn("high_watermark", F.when(F.col("responded"), F.col("high_watermark")).otherwise(F.col("_hw0")))
         .withColumn("last_data_round", F.when(F.col("records_received") > 0, F.lit(round_id).cast("long"))
                     .otherwise(F.col("last_data_round")))
+        .select("*", F.when(cached, F.col("request_session_id")).otherwise(0).alias("_sid"),
+                F.when(cached, F.col("partition_max_bytes")).otherwise(0).alias("_smb"),
+                F.when(cached & F.col("responded"), sessions.cached_high_watermark(F.col("_leader_hw"), F.lit(None)))
+                .when(cached, cached_hw).otherwise(unknown).alias("_shw"),
+                F.when(cached & F.col("responded"), F.col("leader_lso")).when(cached, cached_lso)
+                .otherwise(unknown).alias("_slso"))
+        .drop(*before)
+        .withColumnsRenamed(dict(zip(["_sid", "_smb", "_shw", "_slso"], before)))
         .withColumn("is_settled", _settled("leader_leo", "_leader_hw"))
         .withColumn("moved", (F.col("_leo0") != F.col("log_end_offset")) | (F.col("_fo0") != F.col("fetch_offset"))
-                    | (F.col("_hw0") != F.col("high_watermark")) | (F.col("_lso0") != F.col("log_start_offset")))
+                    | (F.col("_hw0") != F.col("high_watermark")) | (F.col("_lso0") != F.col("log_start_offset"))
+                    | (F.col("_session0") != F.struct(*before)))
     ).localCheckpoint()
-
-
-def _session_cache_rows(storage: Storage, inputs: RoundInputs, followers_after: DataFrame, requested: DataFrame,
-                        cached: DataFrame | None, round_id: int) -> DataFrame:
-    """The leader's cache changes, with `_delete`: every partition of a new session, the partitions
-    an incremental request changed or its response carried, and deletions for partitions removed
-    from a session and for sessions that are gone (closed, evicted)."""
-    cols = FETCH_SESSION_PARTITIONS_SCHEMA.fieldNames()
-    changed = requested.filter(F.col("change").isin("added", "altered")).select(
-        *sessions.SESSION_PARTITION_KEY, F.lit(True).alias("_changed"))
-    in_session = (F.col("session_id") != sessions.INVALID_SESSION_ID) & F.col("fetch_kind").isin("full", "incremental")
-    kept = (
-        followers_after.filter(in_session).join(changed, on=sessions.SESSION_PARTITION_KEY, how="left")
-        .filter((F.col("fetch_kind") == "full") | F.col("_changed").isNotNull() | F.col("responded"))
-        .select(*sessions.SESSION_PARTITION_KEY, F.col("partition_max_bytes").alias("max_bytes"), "fetch_offset",
-                F.col("log_start_offset").alias("fetcher_log_start_offset"),
-                F.when(F.col("responded"), sessions.cached_high_watermark(F.col("_leader_hw"), F.lit(None)))
-                .otherwise(F.col("_c_hw")).alias("high_watermark"),
-                F.when(F.col("responded"), F.col("leader_lso")).otherwise(F.col("_c_lso")).alias("leader_log_start_offset"),
-                F.lit(round_id).cast("long").alias("round_id"), F.lit(False).alias("_delete"))
-    )
-    gone = []
-    if cached is not None:
-        gone.append(cached.join(requested.filter(F.col("change") == "removed").select(*sessions.SESSION_PARTITION_KEY),
-                                on=sessions.SESSION_PARTITION_KEY, how="inner"))
-    alive = {s.session_id for s in inputs.sessions_after}
-    dead = [s.session_id for s in inputs.sessions_before if s.session_id not in alive] + list(inputs.orphan_sessions)
-    if dead:
-        gone.append(storage.read("fetch_session_partitions").filter(F.col("session_id").isin(dead)).drop("round_id"))
-    deletes = [g.withColumn("round_id", F.lit(round_id).cast("long")).withColumn("_delete", F.lit(True))
-               .select(*cols, "_delete") for g in gone]
-    return reduce(DataFrame.unionByName, deletes, kept.select(*cols, "_delete")).localCheckpoint()
 
 
 def _settled(leader_leo: str, leader_hw: str) -> Any:
@@ -526,7 +483,7 @@ def _settled(leader_leo: str, leader_hw: str) -> Any:
 
 
 def _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
-             results, pending_after, state_out, prefixes, producers_out, requested, cache_out) -> dict[str, Any]:
+             results, pending_after, state_out, prefixes, producers_out, requested) -> dict[str, Any]:
     """Every figure the round needs on the driver, in one Spark job with one aggregation over the
     union of the steps' outputs (O(1) values, not per partition). Each step contributes columns of
     its own; the others are null in its rows, and every aggregate skips nulls."""
@@ -544,7 +501,6 @@ def _summary(appended, response, followers, followers_after, isr_changed, hw, pa
         requested.filter(F.col("change").isin("added", "removed")).groupBy("session_id").agg(
             F.sum(F.when(F.col("change") == "added", 1).otherwise(-1)).alias("size_delta"))
         .select(F.struct("session_id", "size_delta").alias("session_size_delta")),
-        cache_out.select(F.lit(1).alias("cache_row")),
         isr_changed.select("isr_shrinks", "isr_expands"),
         partitions_now.select(
             (F.size("isr") < F.size("replicas")).cast("long").alias("under_replicated"),
@@ -571,7 +527,6 @@ def _summary(appended, response, followers, followers_after, isr_changed, hw, pa
         F.count("requested").alias("fetch_request_partitions"),
         F.count("responded").alias("fetch_response_partitions"),
         F.collect_list("session_size_delta").alias("session_size_deltas"),
-        F.count("cache_row").alias("cache_rows"),
         F.coalesce(F.sum("isr_shrinks"), zero).alias("isr_shrinks"),
         F.coalesce(F.sum("isr_expands"), zero).alias("isr_expands"),
         F.coalesce(F.sum("under_replicated"), zero).alias("under_replicated_partitions"),
@@ -628,14 +583,13 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
     hw = _high_watermark(replicas, followers, isr_changed, now)
 
     fetching = followers.filter("fetched")                                         # 4. response
-    cached, requested = _session_requests(storage, inputs, fetching)
+    requested = _session_requests(inputs, replicas, fetching)
     old = _old_leader_records(storage, fetching.filter(F.col("fetch_offset") < F.col("leader_leo_before")),
                               inputs.brokers)
     source = appended.select(*LOG_SCHEMA.fieldNames(), "broker")
     response = rules.fetch_response_records(fetching.withColumnRenamed("last_data_round", "fetch_order"),
                                             source if old is None else source.unionByName(old)).localCheckpoint()
-    followers_after = _followers_after(fetching, response, hw, replicas, cached, round_id)
-    cache_out = _session_cache_rows(storage, inputs, followers_after, requested, cached, round_id)
+    followers_after = _followers_after(fetching, response, hw, replicas, round_id)
 
     partitions_now = _with_isr(meta, isr_changed).join(hw, on=PARTITION_KEY, how="left")   # 6. acks
     results = _results(validated, appended, pending, partitions_now, producer_checks, round_id)
@@ -648,16 +602,11 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
                               on=REPLICA_KEY, how="inner").filter(F.col("log_start_offset") > F.col("_lso0"))
     watch.lap("plan and old records")
     figures = _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
-                       results, pending_after, state_out, prefixes, producers_out, requested, cache_out)
+                       results, pending_after, state_out, prefixes, producers_out, requested)
 
     # commits: each broker's log once (its leader appends and its follower appends together), then
     # the ISR changes, the replica state (HW), results, metrics
     watch.lap("compute (summary job)")
-    # the leaders' session caches first: a round that stops after this commit replays as a request
-    # with an epoch the leader has seen, INVALID_FETCH_SESSION_EPOCH (see Cluster._replayed_sessions)
-    if figures["cache_rows"]:
-        storage.merge_deleting(cache_out, "fetch_session_partitions", sessions.SESSION_PARTITION_KEY, round_id)
-    _maybe_crash("fetch session cache")
     log_rows = appended.select(*LOG_SCHEMA.fieldNames(), "broker").unionByName(response.select(
         *LOG_SCHEMA.fieldNames(), "broker"))
     _append_per_broker(storage, log_rows, set(figures["leader_brokers"]) | set(figures["follower_brokers"]),

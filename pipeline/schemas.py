@@ -25,7 +25,6 @@ __all__ = [
     "ADMIN_SCHEMA",
     "PRODUCERS_SCHEMA",
     "CLUSTER_SCHEMA",
-    "FETCH_SESSION_PARTITIONS_SCHEMA",
     "NO_LEADER",
     "PARTITION_KEY",
     "REPLICA_KEY",
@@ -107,6 +106,12 @@ REPLICA_STATE_SCHEMA = _s(
     ("last_fetch_leader_leo", LongType(), False),
     ("last_caught_up_time_ms", LongType(), False),
     ("last_data_round", LongType(), False),  # a follower's last round that received records: fetch order
+    # KIP-227: the leader's fetch session cache entry for this follower partition (its CachedPartition;
+    # the cached fetch offset and fetcher log start offset are fetch_offset and log_start_offset)
+    ("session_id", IntegerType(), False),  # 0: in no session
+    ("session_max_bytes", LongType(), False),
+    ("session_high_watermark", LongType(), False),  # the HW last sent; -1: none (or an error)
+    ("session_leader_log_start_offset", LongType(), False),  # the leader log start offset last sent
     ("round_id", LongType(), False),
 )
 
@@ -153,18 +158,6 @@ ROUNDS_SCHEMA = _s(
     ("fetch_sessions", StringType(), True),  # JSON: every leader's session cache and every fetcher's handle
 )
 
-# KIP-227: per fetch session, the partitions the leader caches (its CachedPartition).
-FETCH_SESSION_PARTITIONS_SCHEMA = _s(
-    ("session_id", IntegerType(), False),
-    ("topic", StringType(), False),
-    ("partition", IntegerType(), False),
-    ("max_bytes", LongType(), False),
-    ("fetch_offset", LongType(), False),
-    ("fetcher_log_start_offset", LongType(), False),
-    ("high_watermark", LongType(), False),
-    ("leader_log_start_offset", LongType(), False),
-    ("round_id", LongType(), False),
-)
 
 # Append-only: the batches of idempotent producers the leaders appended (the last 5 per producer and
 # partition are read back to detect retries).

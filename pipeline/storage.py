@@ -37,7 +37,6 @@ CLUSTER_TABLES = {
     "producers": schemas.PRODUCERS_SCHEMA,
     "results": schemas.RESULTS_SCHEMA,
     "rounds": schemas.ROUNDS_SCHEMA,
-    "fetch_session_partitions": schemas.FETCH_SESSION_PARTITIONS_SCHEMA,
 }
 _PROPS = {
     "delta.autoOptimize.optimizeWrite": "false",
@@ -78,7 +77,7 @@ class Storage:
         for name, schema in CLUSTER_TABLES.items():
             if name == "cluster":
                 continue  # written last: its presence marks a complete cluster
-            props = _INBOX_PROPS if name in ("inbox", "admin") else _STATE_PROPS if name in ("replica_state", "partitions", "fetch_session_partitions") else _PROPS
+            props = _INBOX_PROPS if name in ("inbox", "admin") else _STATE_PROPS if name in ("replica_state", "partitions") else _PROPS
             self._create(self.path(name), schema, props)
         for broker in brokers:
             self.create_log(broker)
@@ -94,8 +93,16 @@ class Storage:
         return self.spark.read.format("delta").load(self.log_path(broker))
 
     def version(self, table: str) -> int:
-        """The table's newest version (reads the Delta log only, no data)."""
-        return DeltaTable.forPath(self.spark, self.path(table)).history(1).collect()[0]["version"]
+        """The table's newest version, from the Delta log's listing (no Spark job: Delta's own
+        DeltaLog.update, ~4 ms, where `DeltaTable.history(1)` runs a job, ~230 ms, measured on 2 cores)."""
+        path = self.path(table)
+        try:
+            jvm = self.spark._jvm
+            none = jvm.scala.Option.empty()
+            log = getattr(jvm.org.apache.spark.sql.delta, "DeltaLog").forTable(self.spark._jsparkSession, path)
+            return int(log.update(False, none, none).version())
+        except Exception:  # a Delta release without this internal signature: the public API
+            return DeltaTable.forPath(self.spark, path).history(1).collect()[0]["version"]
 
     def read_changes(self, table: str, after_version: int, to_version: int) -> DataFrame:
         """Rows appended in versions (after_version, to_version] of an append-only CDF table."""
@@ -137,17 +144,6 @@ class Storage:
         with self._tagged(round_id):
             (target.alias("t").merge(df.alias("s"), condition)
              .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
-
-    def merge_deleting(self, df: DataFrame, table: str, keys: list[str], round_id: int) -> None:
-        """MERGE rows by key in one commit: rows with `_delete` delete their match, the others
-        update it or are inserted."""
-        condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-        columns = {c: f"s.`{c}`" for c in df.columns if c != "_delete"}
-        target = DeltaTable.forPath(self.spark, self.path(table))
-        with self._tagged(round_id):
-            (target.alias("t").merge(df.alias("s"), condition)
-             .whenMatchedDelete(condition="s._delete").whenMatchedUpdate(set=columns)
-             .whenNotMatchedInsert(condition="NOT s._delete", values=columns).execute())
 
     def delete_log_prefixes(self, broker: int, starts_df: DataFrame, round_id: int) -> None:
         """Physically removes a broker's records below each partition's new log start offset
