@@ -27,7 +27,7 @@ __all__ = [
     "next_epoch", "is_evictable_by_privileged", "is_evictable_by_all", "try_evict", "new_session_id",
     "new_context", "incremental_request", "must_respond", "cached_high_watermark", "sessions_to_json",
     "sessions_from_json", "SESSION_PARTITION_KEY", "REPLICA_FETCHER_PREFIX", "replica_fetcher",
-    "round_contexts", "with_sizes",
+    "round_contexts",
 ]
 
 INITIAL_EPOCH = 0  # a full request that opens a session
@@ -144,7 +144,7 @@ def new_context(cache: list[Session], handle: Handle, privileged: bool, size: in
     `size`: partitions in a full request. Returns (context, the leader's cache after it, the
     fetcher's handle for its next request, sessions evicted). A successful incremental request
     touches its session (epoch + 1, last used now); its size is set after the round knows the
-    partitions added and removed (`with_sizes`)."""
+    partitions added and removed (run_round adds them up)."""
     by_id = {s.session_id: s for s in cache}
     leader, fetcher = handle.leader, handle.fetcher
     if sessionless:  # epoch -1: close any session named, answer without one
@@ -256,8 +256,3 @@ def round_contexts(sessions: list[Session], handles: list[Handle], pairs: dict[t
         contexts.append(context)
         evictions += evicted
     return contexts, cache, list(next_handles.values()), evictions
-
-
-def with_sizes(sessions: list[Session], sizes: dict[int, int]) -> list[Session]:
-    """Sessions with the partition counts the round left them (FetchSessionCache.touch)."""
-    return [replace(s, size=sizes.get(s.session_id, s.size)) for s in sessions]
