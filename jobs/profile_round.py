@@ -27,7 +27,7 @@ import tempfile
 import time
 
 from pipeline import Cluster, ManualClock, get_spark
-from pipeline.round import last_round_phases
+from pipeline.round import last_round_jobs, last_round_phases
 
 WARM_UP = 2
 
@@ -36,7 +36,7 @@ def profile_rounds(spark, root: str, partitions: int, records: int, rounds: int)
     clock = ManualClock(start_ms=0)
     cluster = Cluster.create(spark, root, brokers=3, clock=clock)
     cluster.create_topic("profile", partitions=partitions, replication_factor=3)
-    totals, phases = [], []
+    totals, phases, jobs = [], [], []
     for i in range(rounds):
         cluster.produce("profile", [{"key": f"k{j}", "value": "v" * 100} for j in range(records)], acks="all")
         clock.advance(100)
@@ -45,10 +45,12 @@ def profile_rounds(spark, root: str, partitions: int, records: int, rounds: int)
         if i >= WARM_UP:
             totals.append(time.perf_counter() - started)
             phases.append(last_round_phases())
+            jobs.append(last_round_jobs())
     names = list(phases[0])
     return {
         "round_median_s": statistics.median(totals),
         "phase_median_s": {n: statistics.median(p.get(n, 0.0) for p in phases) for n in names},
+        "phase_median_jobs": {n: statistics.median(j.get(n, 0) for j in jobs) for n in names},
     }
 
 
@@ -73,9 +75,12 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--out", default="benchmarks/profile_round.json")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the session (repeatable)")
     args = parser.parse_args()
 
-    spark = get_spark(app_name="replog-profile", extra={"spark.sql.shuffle.partitions": "1"})
+    extra = {"spark.sql.shuffle.partitions": "1", **dict(c.split("=", 1) for c in args.conf)}
+    spark = get_spark(app_name="replog-profile", extra=extra)
     scratch = tempfile.mkdtemp(prefix="replog-profile-")
     try:
         result = {
@@ -91,7 +96,7 @@ def main() -> None:
     print(f"active round median {result['rounds']['round_median_s']:.2f} s "
           f"({args.partitions} partitions, {args.records} records per round, RF 3)")
     for name, seconds in result["rounds"]["phase_median_s"].items():
-        print(f"  {seconds:6.2f} s  {name}")
+        print(f"  {seconds:6.2f} s  {result['rounds']['phase_median_jobs'][name]:5.0f} jobs  {name}")
     c = result["commits"]
     print(f"append with txnAppId {c['txn_append_median_s']:.2f} s, tagged {c['tagged_append_median_s']:.2f} s "
           f"(ratio {c['ratio_txn_over_tagged']:.1f}x)")

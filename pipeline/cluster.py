@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipeline import consumer
 from pipeline import fetch_session as sessions
 from pipeline import views
 from pipeline.assignment import assign_replicas
@@ -19,7 +20,7 @@ from pipeline.clock import Clock, SystemClock
 from pipeline.config import to_json, validate_cluster_config, validate_topic_config
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.produce import parse_acks, record_rows, records_frame
-from pipeline.round import RoundInputs, RoundReport, idle_round, run_round
+from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round
 from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLUSTER_SCHEMA, INBOX_SCHEMA, PARTITIONS_SCHEMA,
                               REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
 from pipeline.storage import Storage
@@ -59,6 +60,9 @@ class Cluster:
         self._rng = random.Random()  # fetch session ids
         self._brokers_seen: tuple | None = None  # (brokers table version, paused, throttles)
         self._pairs: tuple[int, dict[tuple[int, int], int]] | None = None  # (partitions version, fetch pairs)
+        self._clients: tuple[int, consumer.ClientSessions] | None = None  # (version, consumers' sessions)
+        self._consumer_requests: dict[str, list[sessions.Context]] = {}
+        self._carry: Carry | None = None  # the last round's state, pinned (see round.Carry)
         views.register_views(spark, storage, brokers, config["min.insync.replicas"])
 
     # -- factories ---------------------------------------------------------------------------
@@ -186,12 +190,31 @@ class Cluster:
             self._pairs = (partitions_version, {(r["follower"], r["leader"]): r["count"] for r in rows})
         return self._pairs[1]
 
+    def _client_sessions(self) -> consumer.ClientSessions:
+        """Consumers' sessions (client_sessions table), re-read only when the table changed."""
+        self.storage.ensure("client_sessions")
+        version = self.storage.version("client_sessions")
+        if self._clients is None or self._clients[0] != version:
+            self._clients = (version, consumer.load_client_sessions(self.storage))
+        return self._clients[1]
+
+    def _follower_sessions(self) -> list[sessions.Session]:
+        """The followers' sessions after the newest round (consumers' live in client_sessions)."""
+        before, _ = sessions.sessions_from_json(self._last_report.fetch_sessions if self._last_report else None)
+        return [s for s in before if s.privileged]
+
     def _session_inputs(self, paused: dict[int, int | None], partitions_version: int, now: int) -> dict[str, Any]:
-        before, handles = sessions.sessions_from_json(self._last_report.fetch_sessions if self._last_report else None)
+        _, handles = sessions.sessions_from_json(self._last_report.fetch_sessions if self._last_report else None)
+        clients = self._client_sessions()
+        gone = {s.session_id for s in clients.evicted}
+        before = [s for s in self._follower_sessions() if s.session_id not in gone] + clients.sessions
         contexts, after, handles, evictions = sessions.round_contexts(
             before, handles, self._fetch_pairs(partitions_version), set(paused), now,
             self.config["max.incremental.fetch.session.cache.slots"], self._rng,
             sessionless=self.config["replication.fetch.mode"] == "full")
+        survivors = consumer.client_cache_after_round(clients, after)
+        if survivors is not None:  # followers' sessions evicted consumers' (privileged first)
+            consumer.save_client_sessions(self.storage, survivors)
         return {"contexts": contexts, "sessions_after": after, "handles_after": handles,
                 "session_evictions": evictions}
 
@@ -224,7 +247,7 @@ class Cluster:
         if quiet and seen == self._seen:
             report = idle_round(self.spark, self.storage, inputs, last)
         else:
-            report = run_round(self.spark, self.storage, inputs)
+            report, self._carry = run_round(self.spark, self.storage, inputs, self._carry)
         self._last_report, self._seen = report, seen
         return report
 
@@ -269,6 +292,31 @@ class Cluster:
         INVALID_FETCH_SESSION_EPOCH)."""
         text = self._last_report.fetch_sessions if self._last_report else None
         return [sessions.Context(**c) for c in json.loads(text)["requests"]] if text else []
+
+    def read_incremental(self, consumer_id: str, topic: str) -> DataFrame:
+        """The committed records of `topic` that consumer `consumer_id` has not read yet, through
+        its KIP-227 fetch session with each leader (unprivileged: it shares the leaders' cache slots
+        with the followers' sessions and yields to them). An incremental response carries only
+        partitions with new committed records (or a changed HW or log start offset), so the cost
+        follows what changed. The first call reads from the log start offset; each call moves the
+        consumer's positions to the high watermarks it saw. A leader that answers with
+        FETCH_SESSION_ID_NOT_FOUND (its session was evicted) serves nothing this call and the next
+        call opens a new session with a full fetch: nothing is skipped or returned twice.
+        Returns topic, partition, offset, leader_epoch, timestamp, key, value (pinned)."""
+        if not isinstance(consumer_id, str) or not consumer_id:
+            raise ValueError(f"consumer_id must be a non-empty str, got {consumer_id!r}")
+        if not isinstance(topic, str) or self._topic(topic) is None:
+            raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
+        records, contexts = consumer.read_incremental(
+            self.storage, self.brokers, self._follower_sessions(), consumer_id, topic, self.clock.now_ms(),
+            self.config["max.incremental.fetch.session.cache.slots"], self._rng)
+        self._consumer_requests[consumer_id] = contexts
+        return records
+
+    def consumer_fetch_requests(self, consumer_id: str) -> list[sessions.Context]:
+        """What each leader made of `consumer_id`'s fetch requests in its last read_incremental
+        call in this process (kinds as in fetch_requests)."""
+        return list(self._consumer_requests.get(consumer_id, []))
 
     def laggiest_replicas(self, n: int = 10) -> DataFrame:
         """The `n` followers furthest behind: topic, partition, broker, in_isr, lag_records, lag_ms."""

@@ -82,13 +82,15 @@ class Handle:
 class Context:
     """What the leader made of one fetch request: `kind` is 'incremental', 'full' (a full
     response; `session_id` is the new session, or 0 when the cache had no room), 'sessionless'
-    (epoch -1), or 'error' with `error_code`."""
+    (epoch -1), or 'error' with `error_code`. `response_partitions`: how many partitions the
+    response carried, where known (consumers' fetches)."""
 
     fetcher: str
     leader: int
     kind: str
     session_id: int
     error_code: str | None = None
+    response_partitions: int | None = None
 
 
 def is_evictable_by_privileged(s: Session) -> bool:

@@ -15,6 +15,7 @@ from functools import reduce
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, StringType
 
@@ -28,9 +29,10 @@ from pipeline.schemas import (LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PRODUCERS_SC
                               REPLICA_STATE_SCHEMA, RESULTS_SCHEMA, ROUNDS_SCHEMA)
 from pipeline.storage import Storage
 
-__all__ = ["RoundReport", "RoundInputs", "run_round", "idle_round", "last_round_phases"]
+__all__ = ["RoundReport", "RoundInputs", "Carry", "CARRIED_TABLES", "run_round", "idle_round", "last_round_phases"]
 
 _PHASES: dict[str, float] = {}
+_JOBS: dict[str, int] = {}
 
 
 def last_round_phases() -> dict[str, float]:
@@ -38,15 +40,36 @@ def last_round_phases() -> dict[str, float]:
     return dict(_PHASES)
 
 
+def last_round_jobs() -> dict[str, int]:
+    """Spark jobs the last round ran in each phase (for jobs/profile_round.py)."""
+    return dict(_JOBS)
+
+
 class _Stopwatch:
-    def __init__(self) -> None:
+    """Times the round's phases; each phase's Spark jobs run in a job group of their own, so
+    they can be counted afterwards from the status tracker."""
+
+    def __init__(self, spark: SparkSession) -> None:
         _PHASES.clear()
+        _JOBS.clear()
+        self.sc = spark.sparkContext
+        self.group = f"replog-round-{time.perf_counter_ns()}"
+        self.n = 0
+        self.sc.setJobGroup(f"{self.group}-0", "replog round", False)
         self.mark = time.perf_counter()
 
     def lap(self, phase: str) -> None:
         now = time.perf_counter()
         _PHASES[phase] = _PHASES.get(phase, 0.0) + now - self.mark
-        self.mark = now
+        jobs = len(self.sc.statusTracker().getJobIdsForGroup(f"{self.group}-{self.n}"))
+        _JOBS[phase] = _JOBS.get(phase, 0) + jobs
+        self.n += 1
+        self.sc.setJobGroup(f"{self.group}-{self.n}", "replog round", False)
+        self.mark = time.perf_counter()
+
+    def stop(self) -> None:
+        self.sc.setLocalProperty("spark.jobGroup.id", None)
+        self.sc.setLocalProperty("spark.job.description", None)
 
 
 REQUEST_KEY = ["request_id", "topic", "partition"]
@@ -113,6 +136,23 @@ class RoundInputs:
     session_evictions: int = 0
 
 
+# the tables whose content a round carries over to the next round of the same process
+CARRIED_TABLES = ("replica_state", "partitions", "topics", "results")
+
+
+@dataclass(frozen=True)
+class Carry:
+    """What a round leaves to the next round of the same process instead of re-reading the tables
+    it has just written: the partition metadata, the replica state and the pending produce
+    requests after it, pinned, and the versions of CARRIED_TABLES they equal. The next round uses
+    them only when those tables are still at exactly these versions (nobody else wrote them)."""
+
+    versions: tuple[int, ...]
+    meta: DataFrame  # partitions joined with their topic's effective config
+    state: DataFrame  # replica_state (without round_id)
+    pending: DataFrame  # results rows still pending (without round_id)
+
+
 # -- reading the inputs (pinned with localCheckpoint: the round writes to the same tables) ------
 
 def _partition_meta(storage: Storage, config: dict[str, Any]) -> DataFrame:
@@ -153,10 +193,15 @@ def _contexts(spark: SparkSession, inputs: RoundInputs) -> DataFrame:
     return spark.createDataFrame(rows, "broker int, leader int, fetch_kind string, request_session_id int")
 
 
-def _read_replicas(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> tuple[DataFrame, DataFrame]:
-    """(partition metadata, one row per replica with its partition's metadata and leader offsets)."""
-    meta = _partition_meta(storage, inputs.cluster_config).localCheckpoint()
-    state = storage.read("replica_state").drop("round_id")
+def _read_replicas(spark: SparkSession, storage: Storage, inputs: RoundInputs,
+                   carry: Carry | None) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """(partition metadata, replica state, one row per replica with its partition's metadata and
+    leader offsets), from the carry when there is one, else from the tables."""
+    if carry is None:
+        meta = _partition_meta(storage, inputs.cluster_config).localCheckpoint()
+        state = storage.read("replica_state").drop("round_id").localCheckpoint()
+    else:
+        meta, state = carry.meta, carry.state
     leader_offsets = state.join(meta.select(*PARTITION_KEY, F.col("leader").alias("broker")),
                                 on=["broker", *PARTITION_KEY], how="inner").select(
         *PARTITION_KEY, F.col("log_end_offset").alias("leader_leo_before"),
@@ -168,7 +213,7 @@ def _read_replicas(spark: SparkSession, storage: Storage, inputs: RoundInputs) -
         .join(F.broadcast(_contexts(spark, inputs)), on=["broker", "leader"], how="left")
         .withColumn("is_leader", F.col("broker") == F.col("leader"))
     ).localCheckpoint()
-    return meta, replicas
+    return meta, state, replicas
 
 
 def _read_inbox(spark: SparkSession, storage: Storage, last_version: int) -> tuple[DataFrame, int]:
@@ -556,13 +601,50 @@ def _append_per_broker(storage: Storage, df: DataFrame, brokers: set[int], round
                        storage.log_path(broker), round_id)
 
 
-def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> RoundReport:
-    """One fetch round: leader append, follower fetch, ISR, high watermark, acks, metrics."""
+def _pinned_without_history(df: DataFrame) -> DataFrame:
+    """`df` pinned, as a plan that knows nothing of how it was made. A localCheckpoint keeps its
+    origin plan's size estimate, and a carried DataFrame is made from the last round's, which was
+    made from the one before: without this the estimates multiply round after round until
+    planning a join spends minutes in BigInteger arithmetic (seen in jobs/profile_round.py)."""
+    jdf = df.localCheckpoint()._jdf
+    fresh = df.sparkSession._jsparkSession.internalCreateDataFrame(jdf.queryExecution().toRdd(), jdf.schema(), False)
+    return ClassicDataFrame(fresh, df.sparkSession)
+
+
+def table_versions(storage: Storage) -> tuple[int, ...]:
+    return tuple(storage.version(t) for t in CARRIED_TABLES)
+
+
+def _carry_out(storage: Storage, seen: tuple[int, ...], wrote: dict[str, bool], meta: DataFrame,
+               state: DataFrame, isr_changed: DataFrame, state_out: DataFrame, pending_after: DataFrame,
+               figures: dict[str, Any]) -> Carry | None:
+    """The carry for the next round, or None when another writer committed to a carried table
+    during this round (its versions moved by more than this round's own commits)."""
+    versions = table_versions(storage)
+    if any(v != s + int(wrote[t]) for t, v, s in zip(CARRIED_TABLES, versions, seen)):
+        return None
+    if figures["isr_shrinks"] or figures["isr_expands"]:
+        meta = (meta.join(isr_changed.select(*PARTITION_KEY), on=PARTITION_KEY, how="left_anti")
+                .unionByName(isr_changed.select(*meta.columns)))
+    if figures["state_rows"]:
+        state = (state.join(state_out.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti")
+                 .unionByName(state_out.drop("round_id")))
+    return Carry(versions, _pinned_without_history(meta), _pinned_without_history(state),
+                 _pinned_without_history(pending_after))
+
+
+def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
+              carry: Carry | None = None) -> tuple[RoundReport, Carry | None]:
+    """One fetch round: leader append, follower fetch, ISR, high watermark, acks, metrics. Returns
+    its report and what it carries to the next round (`carry` is the previous round's)."""
     started = time.perf_counter()
     now, round_id = inputs.now_ms, inputs.round_id
 
-    watch = _Stopwatch()
-    meta, replicas = _read_replicas(spark, storage, inputs)
+    watch = _Stopwatch(spark)
+    seen = table_versions(storage)
+    if carry is not None and carry.versions != seen:
+        carry = None
+    meta, state, replicas = _read_replicas(spark, storage, inputs, carry)
     watch.lap("read replicas")
     lso_requests, admin_version = _log_start_requests(spark, storage, inputs, replicas)
     replicas = _with_leader_log_start(replicas, lso_requests)
@@ -572,7 +654,8 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
         inbox, meta.select(*PARTITION_KEY, "leader", "leader_epoch", "isr", "min_isr", "message_max_bytes")
     ).localCheckpoint()
     watch.lap("read and validate inbox")
-    pending = _pending_results(storage, inputs.last_pending_requests).localCheckpoint()
+    pending = carry.pending if carry is not None else \
+        _pending_results(storage, inputs.last_pending_requests).localCheckpoint()
     watch.lap("read pending results")
     validated, producer_checks = _check_idempotent_producers(storage, validated)
 
@@ -638,7 +721,12 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> Rou
     )
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds", round_id)
     watch.lap("commit rounds row")
-    return report
+    wrote = {"replica_state": bool(figures["state_rows"]), "topics": False, "results": bool(figures["result_rows"]),
+             "partitions": bool(figures["isr_shrinks"] or figures["isr_expands"])}
+    carry_out = _carry_out(storage, seen, wrote, meta, state, isr_changed, state_out, pending_after, figures)
+    watch.lap("carry")
+    watch.stop()
+    return report, carry_out
 
 
 def _session_figures(inputs: RoundInputs, after: list) -> dict[str, Any]:

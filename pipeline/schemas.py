@@ -25,6 +25,8 @@ __all__ = [
     "ADMIN_SCHEMA",
     "PRODUCERS_SCHEMA",
     "CLUSTER_SCHEMA",
+    "CLIENT_SESSIONS_SCHEMA",
+    "CONSUMER_POSITIONS_SCHEMA",
     "NO_LEADER",
     "PARTITION_KEY",
     "REPLICA_KEY",
@@ -196,4 +198,33 @@ CLUSTER_SCHEMA = _s(
     ("brokers", IntegerType(), False),
     ("config", StringType(), False),
     ("created_ms", LongType(), False),
+)
+
+# KIP-227 sessions of consumers (unprivileged), kept apart from the round's follower sessions:
+# kind 'session' (an entry of a leader's cache), 'handle' (the consumer's side: the session id and
+# epoch of its next request) or 'evicted' (a follower session a consumer's new session evicted;
+# the next round drops it from the cache, and that follower gets FETCH_SESSION_ID_NOT_FOUND).
+CLIENT_SESSIONS_SCHEMA = _s(
+    ("kind", StringType(), False),
+    ("fetcher", StringType(), False),
+    ("leader", IntegerType(), False),
+    ("privileged", BooleanType(), False),
+    ("session_id", IntegerType(), False),
+    ("epoch", IntegerType(), False),
+    ("created_ms", LongType(), False),
+    ("last_used_ms", LongType(), False),
+    ("size", IntegerType(), False),
+)
+
+# A consumer's position per partition (the next offset it reads) and the leader's cached entry
+# of that partition in the consumer's session (session_id 0: not cached).
+CONSUMER_POSITIONS_SCHEMA = _s(
+    ("consumer_id", StringType(), False),
+    ("topic", StringType(), False),
+    ("partition", IntegerType(), False),
+    ("position", LongType(), False),
+    ("session_id", IntegerType(), False),
+    ("cached_high_watermark", LongType(), False),
+    ("cached_log_start_offset", LongType(), False),
+    ("updated_ms", LongType(), False),
 )

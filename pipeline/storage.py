@@ -37,6 +37,8 @@ CLUSTER_TABLES = {
     "producers": schemas.PRODUCERS_SCHEMA,
     "results": schemas.RESULTS_SCHEMA,
     "rounds": schemas.ROUNDS_SCHEMA,
+    "client_sessions": schemas.CLIENT_SESSIONS_SCHEMA,
+    "consumer_positions": schemas.CONSUMER_POSITIONS_SCHEMA,
 }
 _PROPS = {
     "delta.autoOptimize.optimizeWrite": "false",
@@ -81,6 +83,14 @@ class Storage:
             self._create(self.path(name), schema, props)
         for broker in brokers:
             self.create_log(broker)
+
+    def ensure(self, table: str) -> None:
+        """Creates a cluster table that a root made by an older release lacks."""
+        if not os.path.isdir(os.path.join(self.path(table), "_delta_log")):
+            self._create(self.path(table), CLUSTER_TABLES[table], _PROPS)
+
+    def overwrite_table(self, df: DataFrame, table: str) -> None:
+        df.write.format("delta").mode("overwrite").save(self.path(table))
 
     def create_log(self, broker: int) -> None:
         self._create(self.log_path(broker), schemas.LOG_SCHEMA, _PROPS)
