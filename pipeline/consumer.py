@@ -15,8 +15,8 @@ returned before (no per-partition byte limit).
 from __future__ import annotations
 
 import random
+from functools import reduce
 from dataclasses import dataclass, replace
-from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -129,9 +129,7 @@ def read_incremental(storage: Storage, brokers: list[int], follower_sessions: li
     carried = {r["leader"]: r["count"] for r in served.groupBy("leader").count().collect()}  # O(brokers)
     contexts = [replace(c, response_partitions=carried.get(c.leader, 0)) for c in contexts]
     logs = [storage.read_log(b).filter(F.col("topic") == topic).withColumn("leader", F.lit(b)) for b in brokers]
-    log = logs[0]
-    for other in logs[1:]:
-        log = log.unionByName(other)
+    log = reduce(DataFrame.unionByName, logs)
     records = (
         log.join(served.filter(F.col("high_watermark") > F.col("from_offset"))
                  .select(*PARTITION_KEY, "leader", "from_offset", "high_watermark"),
