@@ -15,8 +15,8 @@ returned before (no per-partition byte limit).
 from __future__ import annotations
 
 import random
-from functools import reduce
 from dataclasses import dataclass, replace
+from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
