@@ -198,16 +198,15 @@ class Cluster:
             self._clients = (version, consumer.load_client_sessions(self.storage))
         return self._clients[1]
 
-    def _follower_sessions(self) -> list[sessions.Session]:
-        """The followers' sessions after the newest round (consumers' live in client_sessions)."""
-        before, _ = sessions.sessions_from_json(self._last_report.fetch_sessions if self._last_report else None)
-        return [s for s in before if s.privileged]
+    def _round_sessions(self) -> tuple[list[sessions.Session], list[sessions.Handle]]:
+        """The sessions and handles after the newest round (its consumers' sessions are stale
+        copies: consumer.ClientSessions.cache keeps only the followers' from them)."""
+        return sessions.sessions_from_json(self._last_report.fetch_sessions if self._last_report else None)
 
     def _session_inputs(self, paused: dict[int, int | None], partitions_version: int, now: int) -> dict[str, Any]:
-        _, handles = sessions.sessions_from_json(self._last_report.fetch_sessions if self._last_report else None)
+        last, handles = self._round_sessions()
         clients = self._client_sessions()
-        gone = {s.session_id for s in clients.evicted}
-        before = [s for s in self._follower_sessions() if s.session_id not in gone] + clients.sessions
+        before = clients.cache(last)
         contexts, after, handles, evictions = sessions.round_contexts(
             before, handles, self._fetch_pairs(partitions_version), set(paused), now,
             self.config["max.incremental.fetch.session.cache.slots"], self._rng,
@@ -308,7 +307,7 @@ class Cluster:
         if not isinstance(topic, str) or self._topic(topic) is None:
             raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
         records, contexts = consumer.read_incremental(
-            self.storage, self.brokers, self._follower_sessions(), consumer_id, topic, self.clock.now_ms(),
+            self.storage, self.brokers, self._round_sessions()[0], consumer_id, topic, self.clock.now_ms(),
             self.config["max.incremental.fetch.session.cache.slots"], self._rng)
         self._consumer_requests[consumer_id] = contexts
         return records

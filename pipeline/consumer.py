@@ -45,6 +45,11 @@ class ClientSessions:
     handles: list[sessions.Handle]
     evicted: list[sessions.Session]
 
+    def cache(self, followers: list[sessions.Session]) -> list[sessions.Session]:
+        """Every leader's cache: the followers' sessions consumers have not evicted, and theirs."""
+        gone = {e.session_id for e in self.evicted}
+        return [s for s in followers if s.privileged and s.session_id not in gone] + self.sessions
+
 
 def load_client_sessions(storage: Storage) -> ClientSessions:
     storage.ensure("client_sessions")
@@ -71,20 +76,19 @@ def save_client_sessions(storage: Storage, state: ClientSessions) -> None:
                             "client_sessions")
 
 
-def read_incremental(storage: Storage, brokers: list[int], follower_sessions: list[sessions.Session],
+def read_incremental(storage: Storage, brokers: list[int], round_sessions: list[sessions.Session],
                      consumer_id: str, topic: str, now_ms: int, slots: int,
                      rng: random.Random) -> tuple[DataFrame, list[sessions.Context]]:
     """One fetch of `consumer_id` for `topic` from each leader of its partitions. Returns (the
     records: topic, partition, offset, leader_epoch, timestamp, key, value of every partition the
-    responses carried; the leaders' contexts, with the partitions each response carried). `follower_sessions`: the followers' sessions after
-    the newest round (they share the leaders' caches)."""
+    responses carried; the leaders' contexts, with the partitions each response carried).
+    `round_sessions`: the sessions after the newest round (its followers' share the leaders'
+    caches)."""
     spark = storage.spark
     storage.ensure("consumer_positions")
     fetcher = consumer_fetcher(consumer_id)
     clients = load_client_sessions(storage)
-    live_followers = [s for s in follower_sessions
-                      if s.session_id not in {e.session_id for e in clients.evicted}]
-    cache = live_followers + clients.sessions
+    cache = clients.cache(round_sessions)
     handles = {h.leader: h for h in clients.handles if h.fetcher == fetcher}
 
     leaders = storage.read("partitions").filter((F.col("topic") == topic) & (F.col("leader") >= 0)).select(
