@@ -63,6 +63,7 @@ class Cluster:
         self._clients: tuple[int, consumer.ClientSessions] | None = None  # (version, consumers' sessions)
         self._consumer_requests: dict[str, list[sessions.Context]] = {}
         self._carry: Carry | None = None  # the last round's state, pinned (see round.Carry)
+        self._restarted = False  # set by open(): the next round is this process's first
         views.register_views(spark, storage, brokers, config["min.insync.replicas"])
 
     # -- factories ---------------------------------------------------------------------------
@@ -97,7 +98,12 @@ class Cluster:
         if row is None:
             raise ReplogError(ErrorCode.CLUSTER_NOT_FOUND, f"{storage.root} holds no complete cluster")
         brokers = sorted(r["broker"] for r in storage.read("brokers").select("broker").collect())
-        return cls(spark, storage, clock or SystemClock(), json.loads(row["config"]), brokers)
+        cluster = cls(spark, storage, clock or SystemClock(), json.loads(row["config"]), brokers)
+        # no round runs while no process has the cluster open: this process's first round (re)starts
+        # the brokers, and the leaders reset their followers' fetch state
+        # (replication.reset_follower_state_on_restart), so the time it was down counts against none
+        cluster._restarted = True
+        return cluster
 
     # -- topics ------------------------------------------------------------------------------
     def _topic(self, topic: str):
@@ -237,7 +243,8 @@ class Cluster:
             previous_round_ms=last.now_ms if last else None,
             last_admin_version=last.admin_version if last else 0,
             retention_due=retention_due, last_retention_check_ms=checked or 0,
-            last_pending_requests=last.pending_requests if last else None, batch_id=batch_id, **session_inputs)
+            last_pending_requests=last.pending_requests if last else None, batch_id=batch_id,
+            restarted=self._restarted, **session_inputs)
         seen = (self.storage.version("inbox"), partitions_version, self.storage.version("admin"),
                 paused, throttles)
         quiet = (last is not None and last.active_partitions == 0 and last.pending_requests == 0
@@ -247,7 +254,7 @@ class Cluster:
             report = idle_round(self.spark, self.storage, inputs, last)
         else:
             report, self._carry = run_round(self.spark, self.storage, inputs, self._carry)
-        self._last_report, self._seen = report, seen
+        self._last_report, self._seen, self._restarted = report, seen, False
         return report
 
     def rounds(self) -> DataFrame:

@@ -21,6 +21,7 @@ __all__ = [
     "validate_produce_requests",
     "assign_offsets",
     "with_effective_fetch_state",
+    "reset_follower_state_on_restart",
     "update_follower_fetch_state",
     "maybe_increment_leader_hw",
     "fetch_response_records",
@@ -94,6 +95,25 @@ def with_effective_fetch_state(followers_df: DataFrame) -> DataFrame:
                     .otherwise(F.col("last_caught_up_time_ms")))
         .withColumn("last_fetch_leader_leo",
                     F.when(quiescent, F.col("leader_leo_before")).otherwise(F.col("last_fetch_leader_leo")))
+    )
+
+
+def reset_follower_state_on_restart(followers_df: DataFrame, now_ms: int) -> DataFrame:
+    """Kafka's Replica.resetReplicaState for a leader that takes leadership again (isNewLeader =
+    false), applied when a process starts replicating a cluster: no round ran while it was down, so
+    no follower could fetch, and that time must not count against them.
+
+    An ISR follower is caught up and last fetched at `now_ms`; one outside the ISR has both times
+    0 (it returns by its LEO reaching the HW, never by time). Both keep their LEO and log start
+    offset and remember the leader's LEO (`leader_leo_before`) as of their last fetch.
+    followers_df: follower rows with broker, isr, leader_leo_before and the fetch-state columns.
+    """
+    in_sync = F.array_contains(F.col("isr"), F.col("broker"))
+    since = F.when(in_sync, F.lit(now_ms)).otherwise(F.lit(0)).cast("long")
+    return (
+        followers_df.withColumn("last_caught_up_time_ms", since)
+        .withColumn("last_fetch_time_ms", since)
+        .withColumn("last_fetch_leader_leo", F.col("leader_leo_before"))
     )
 
 

@@ -134,6 +134,8 @@ class RoundInputs:
     sessions_after: list = field(default_factory=list)
     handles_after: list = field(default_factory=list)
     session_evictions: int = 0
+    # the first round of a process that opened an existing cluster: its brokers (re)start
+    restarted: bool = False
 
 
 # the tables whose content a round carries over to the next round of the same process
@@ -356,10 +358,15 @@ def _leader_append(validated: DataFrame, replicas: DataFrame) -> tuple[DataFrame
     return appended, replicas
 
 
-def _fetch(replicas: DataFrame, now: int) -> DataFrame:
-    """Every follower of a live leader; those whose broker fetches update the leader's view."""
-    followers = rules.with_effective_fetch_state(
-        replicas.filter(~F.col("is_leader") & (F.col("leader") != NO_LEADER)))
+def _fetch(replicas: DataFrame, now: int, restarted: bool) -> DataFrame:
+    """Every follower of a live leader; those whose broker fetches update the leader's view. In a
+    process's first round the leaders first reset their followers' state (a paused fetcher stays
+    paused across the restart, so its follower gets no reset)."""
+    followers = replicas.filter(~F.col("is_leader") & (F.col("leader") != NO_LEADER))
+    if restarted:
+        followers = rules.reset_follower_state_on_restart(followers.filter(~F.col("is_paused")), now).unionByName(
+            followers.filter(F.col("is_paused")))
+    followers = rules.with_effective_fetch_state(followers)
     fetching = ~F.col("is_paused") & F.coalesce(F.col("fetch_kind").isin(*_FETCH_KINDS), F.lit(False))
     lso = log_start.follower_log_start_offset(F.col("log_start_offset"), F.col("leader_lso"))
     fetched = rules.update_follower_fetch_state(
@@ -661,7 +668,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
 
     watch.lap("producer state")
     appended, replicas = _leader_append(validated, replicas)                       # 2. leader append
-    followers = _fetch(replicas, now)                                              # 3. fetch
+    followers = _fetch(replicas, now, inputs.restarted)                            # 3. fetch
     isr_changed = _isr_changes(meta, followers, now)                               # 5. ISR
     hw = _high_watermark(replicas, followers, isr_changed, now)
 

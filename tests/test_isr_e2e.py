@@ -82,3 +82,20 @@ def test_acks_all_waits_for_the_isr_then_is_acked_after_the_shrink(run):
     assert statuses == {run["first"]: "acked", run["second"]: "acked", run["third"]: "acked"}
     acked_at = [t for t, _, r, _ in run["steps"] if r.requests_acked]
     assert acked_at == [1000, 2500, 104500]
+
+
+def test_a_process_that_opens_the_cluster_restarts_its_brokers(new_cluster, spark, clock):
+    # produced with acks=all while no process ran rounds for longer than replica.lag.time.max.ms:
+    # the downtime is nobody's lag, so the followers stay in the ISR and the request is acked
+    cluster = new_cluster(brokers=3)
+    cluster.create_topic("t", partitions=1, replication_factor=3, config={"min.insync.replicas": "3"})
+    request = cluster.produce("t", [{"value": "a"}, {"value": "b"}], acks="all")
+    clock.advance(cluster.config["replica.lag.time.max.ms"] * 2)
+
+    job = Cluster.open(spark, cluster.storage.root, clock=clock)
+    reports = [job.run_round()]
+    clock.advance(500)
+    reports.append(job.run_round())
+    assert [(r.isr_shrinks, r.requests_failed) for r in reports] == [(0, 0), (0, 0)]
+    assert [r["isr"] for r in job.describe("t").collect()] == [[0, 1, 2]]
+    assert {r["status"] for r in job.produce_results().filter(f"request_id = '{request}'").collect()} == {"acked"}

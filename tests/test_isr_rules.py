@@ -4,7 +4,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from pipeline.isr import maybe_expand_isr, out_of_sync_followers
-from pipeline.replication import update_follower_fetch_state
+from pipeline.replication import reset_follower_state_on_restart, update_follower_fetch_state
 
 LAG_MS = 100
 LEADER_LEO = 20
@@ -83,6 +83,33 @@ def test_update_follower_fetch_state_exact_rule(spark):
     result = update_follower_fetch_state(spark.createDataFrame(rows, FOLLOWER_COLS), now_ms=70)
     assert_df_equality(result.select(*spark.createDataFrame(rows, FOLLOWER_COLS).columns),
                        spark.createDataFrame(expected, FOLLOWER_COLS), ignore_row_order=True, ignore_nullable=True)
+
+
+def test_reset_on_restart_exact_rule(spark):
+    # Replica.resetReplicaState(isNewLeader = false): in the ISR -> fetched and caught up now;
+    # outside it -> both 0; both remember the leader's LEO; LEO and fetch offset are kept
+    cols = FOLLOWER_COLS + ", leader_leo_before long"
+    rows = [(1, "t", 0, False, [0, 1], 12, 20, 50, 15, 40, LAG_MS, 18),
+            (2, "t", 0, False, [0, 1], 9, 20, 50, 15, 30, LAG_MS, 18)]
+    expected = [(1, "t", 0, False, [0, 1], 12, 20, 900, 18, 900, LAG_MS, 18),
+                (2, "t", 0, False, [0, 1], 9, 20, 0, 18, 0, LAG_MS, 18)]
+    result = reset_follower_state_on_restart(spark.createDataFrame(rows, cols), now_ms=900)
+    assert_df_equality(result.select(*spark.createDataFrame(rows, cols).columns), spark.createDataFrame(expected, cols),
+                       ignore_row_order=True, ignore_nullable=True)
+
+
+def test_time_without_rounds_does_not_count_after_a_restart(spark):
+    # last fetched at t=0 (caught up to LEO 0); no round for 50 lag times; then the leader appends
+    # 20 records and the follower's next fetch asks for offset 0 in the restarted process's round
+    idle = follower(spark, 0, last_fetch_time=0, last_fetch_leader_leo=0, last_caught_up=0)
+    now = 50 * LAG_MS
+    stale = update_follower_fetch_state(idle, now_ms=now)
+    assert out_of_sync(spark, stale, now=now).count() == 1  # without the reset: out of sync at once
+    reset = reset_follower_state_on_restart(idle.withColumn("leader_leo_before", F.lit(0).cast("long")), now)
+    fresh = update_follower_fetch_state(reset, now_ms=now)
+    assert fresh.first()["last_caught_up_time_ms"] == now
+    assert out_of_sync(spark, fresh, now=now + LAG_MS).count() == 0
+    assert out_of_sync(spark, fresh, now=now + LAG_MS + 1).count() == 1  # still stuck: out after the lag
 
 
 def test_expand_isr_needs_leader_hw_and_current_epoch_start_offset(spark):
