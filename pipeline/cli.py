@@ -9,6 +9,7 @@
                     [--isolation read_committed|read_uncommitted] [--print-key]
     replog run      --rounds N | --until-committed [--max-rounds 50]
     replog brokers
+    replog sessions [--leader B]
 
 Every command takes --root PATH (default: $REPLOG_ROOT). Errors print one line, `replog: CODE:
 message`, and exit 1; bad arguments exit 2.
@@ -73,9 +74,14 @@ def _describe_lines(cluster: Any, args: argparse.Namespace) -> Iterator[str]:
             current, t = r["topic"], topics[r["topic"]]
             yield (f"Topic: {t['topic']}\tPartitionCount: {t['partitions']}\t"
                    f"ReplicationFactor: {t['replication_factor']}\tConfigs: {_configs(t['config'])}")
-        yield (f"\tTopic: {r['topic']}\tPartition: {r['partition']}\tLeader: {r['leader']}\t"
-               f"Replicas: {','.join(map(str, r['replicas']))}\tIsr: {','.join(map(str, r['isr']))}\t"
-               f"HighWatermark: {r['high_watermark']}\tLogEndOffset: {r['log_end_offset']}")
+        yield describe_line(r)
+
+
+def describe_line(r: Any) -> str:
+    """A `replog.partitions` row as kafka-topics.sh --describe prints a partition, with HW and LEO."""
+    return (f"\tTopic: {r['topic']}\tPartition: {r['partition']}\tLeader: {r['leader']}\t"
+            f"Replicas: {','.join(map(str, r['replicas']))}\tIsr: {','.join(map(str, r['isr']))}\t"
+            f"HighWatermark: {r['high_watermark']}\tLogEndOffset: {r['log_end_offset']}")
 
 
 def _configs(config_json: str | None) -> str:
@@ -170,6 +176,19 @@ def cmd_brokers(args: argparse.Namespace) -> None:
         print(f"{r['broker']}\talive\t{fetcher}\t{leaders.get(r['broker'], 0)}")
 
 
+def cmd_sessions(args: argparse.Namespace) -> None:
+    """The leaders' KIP-227 fetch session caches as of the newest round (`replog.fetch_sessions`)."""
+    cluster = _open(args)
+    df = cluster.fetch_sessions()
+    if args.leader is not None:
+        df = df.filter(df.leader == args.leader)
+    print("Leader\tFetcher\tType\tSessionId\tEpoch\tPartitions\tCreatedMs\tLastUsedMs")
+    for r in df.orderBy("leader", "privileged", "fetcher").toLocalIterator():  # O(sessions): <= slots per leader
+        kind = "follower" if r["privileged"] else "consumer"
+        print(f"{r['leader']}\t{r['fetcher']}\t{kind}\t{r['session_id']}\t{r['epoch']}\t{r['partitions']}\t"
+              f"{r['created_ms']}\t{r['last_used_ms']}")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="replog", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -221,6 +240,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-rounds", type=int, default=50, help="--until-committed gives up after this many")
 
     command("brokers", cmd_brokers, "brokers with their state and leader counts")
+
+    p = command("sessions", cmd_sessions, "the leaders' incremental fetch sessions (KIP-227)")
+    p.add_argument("--leader", type=int, help="only this leader's session cache")
     return parser
 
 

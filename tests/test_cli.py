@@ -62,6 +62,15 @@ def test_an_operator_session(tmp_path):
     assert brokers == ["Broker\tState\tFetcher\tLeaders", "0\talive\trunning\t1", "1\talive\trunning\t1",
                        "2\talive\trunning\t0"]
 
+    # each leader caches one privileged session per follower; the epoch it expects next is >= 2
+    sessions = [line.split("\t") for line in replog("sessions", root=root).stdout.splitlines()]
+    assert sessions[0] == ["Leader", "Fetcher", "Type", "SessionId", "Epoch", "Partitions", "CreatedMs",
+                           "LastUsedMs"]
+    assert [(s[0], s[1], s[2], s[5]) for s in sessions[1:]] == [
+        ("0", "replica-1", "follower", "1"), ("0", "replica-2", "follower", "1"),
+        ("1", "replica-0", "follower", "1"), ("1", "replica-2", "follower", "1")]
+    assert all(int(s[3]) != 0 and int(s[4]) >= 2 for s in sessions[1:])
+
     again = replog("topics", "--create", "--topic", "orders", "--partitions", "1", root=root)
     assert again.returncode == 1
     assert last_line(again) == "replog: TOPIC_ALREADY_EXISTS: topic 'orders' already exists"
