@@ -124,7 +124,7 @@ def run_streaming(spark: Any, cluster: Any, interval_ms: int, checkpoint: str) -
 
     # a micro-batch replayed from an existing checkpoint (the job stopped after its round, before
     # Spark recorded the batch) already ran its round; a new checkpoint numbers batches from 0
-    resuming = os.path.isdir(os.path.join(checkpoint, "commits"))
+    resuming = cluster.storage.path_exists(checkpoint.rstrip("/") + "/commits")
     done_through = cluster.last_batch_id() if resuming else None
 
     def one_round(_batch: Any, batch_id: int) -> None:
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     if interval_ms is None:
         key = "replica.fetch.wait.max.ms"
         interval_ms = int(overrides[key]) if key in overrides else cluster.config.get(key, file_config[key])
-    checkpoint = args.checkpoint or os.path.join(cluster.storage.root, "checkpoints", "replicate")
+    checkpoint = args.checkpoint or cluster.storage.join("checkpoints", "replicate")
     run_streaming(spark, cluster, interval_ms, checkpoint)
     return 0
 

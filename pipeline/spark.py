@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -61,11 +62,24 @@ def _check_java() -> None:
         raise SparkSetupError(f"Spark 4.2 with Delta 4.4 needs Java 17, found: {first}.")
 
 
+def _submitted_conf() -> Any:
+    """Under spark-submit (the JVM is already up and PySpark connects to it), the SparkConf it was
+    given: its --master, --conf and properties file win over this module's defaults. Else None."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+    SparkContext._ensure_initialized()
+    return SparkConf()
+
+
 def get_spark(master: str | None = None, app_name: str = "replog", extra: dict | None = None) -> SparkSession:
     """A SparkSession with the Delta extension, from the cached jars (no network needed).
 
     >>> spark = get_spark()                           # local[*]
     >>> spark = get_spark(master="spark://host:7077")  # a standalone cluster
+
+    The master is `master`, else spark-submit's --master, else $REPLOG_MASTER, else local[2]; under
+    spark-submit, its --conf and properties file win over the defaults set here.
     """
     active = SparkSession.getActiveSession()
     if active is not None and master is None and not extra:
@@ -74,10 +88,14 @@ def get_spark(master: str | None = None, app_name: str = "replog", extra: dict |
     # Python workers (UDFs) run the same interpreter as the driver, with this package importable
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name).master(master or os.environ.get("REPLOG_MASTER", "local[2]"))
+    submitted = _submitted_conf()
+    builder = SparkSession.builder.appName(app_name)
+    if master or submitted is None or not submitted.contains("spark.master"):
+        builder = builder.master(master or os.environ.get("REPLOG_MASTER", "local[2]"))
     confs = {**FAST_CONFS, **DELTA_CONFS, "spark.jars": ",".join(delta_jars()), **(extra or {})}
     for key, value in confs.items():
-        builder = builder.config(key, value)
+        if key in (extra or {}) or submitted is None or not submitted.contains(key):
+            builder = builder.config(key, value)
     spark = builder.getOrCreate()
     # under spark-submit the JVM starts before this runs, so spark.jars set here comes too late and
     # Spark only warns that the extension is missing: say it instead

@@ -9,6 +9,7 @@ the table's full snapshot state (three Spark jobs per commit, measured in jobs/p
 from __future__ import annotations
 
 import os
+import re
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -18,7 +19,7 @@ from pyspark.sql.types import StructType
 
 from pipeline import schemas
 
-__all__ = ["Storage", "TXN_APP_ID"]
+__all__ = ["Storage", "TXN_APP_ID", "is_uri"]
 
 TXN_APP_ID = "replog-round"
 
@@ -48,25 +49,56 @@ _INBOX_PROPS = {**_PROPS, "delta.enableChangeDataFeed": "true", "delta.appendOnl
 _STATE_PROPS = {**_PROPS, "delta.enableDeletionVectors": "true"}
 
 
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
+
+
+def is_uri(root: str) -> bool:
+    """s3a://..., abfss://..., gs://..., file:///... (or file:/...): a root Hadoop's FileSystem resolves."""
+    return bool(_URI.match(root))
+
+
 class Storage:
-    """Paths and I/O of one cluster root."""
+    """Paths and I/O of one cluster root: a local path or a URI of any store Spark can reach."""
 
     def __init__(self, spark: SparkSession, root: str):
         self.spark = spark
-        self.root = os.path.abspath(root)
+        # a URI (s3a://bucket/replog, abfss://..., file:///data/replog) goes through Hadoop's
+        # FileSystem as it is; a plain path is made absolute
+        self.uri = is_uri(root)
+        self.root = self._qualified(root.rstrip("/")) if self.uri else os.path.abspath(root)
+
+    def _qualified(self, uri: str) -> str:
+        """The URI as Hadoop and Delta spell it (file:///x is file:/x), so table locations match."""
+        hadoop_path = self.spark._jvm.org.apache.hadoop.fs.Path(uri)
+        return str(hadoop_path.getFileSystem(self.spark._jsc.hadoopConfiguration()).makeQualified(hadoop_path).toString())
 
     # -- paths -------------------------------------------------------------------------------
+    def join(self, *parts: str) -> str:
+        """A path under the root ("/"-joined for a URI)."""
+        return "/".join([self.root, *parts]) if self.uri else os.path.join(self.root, *parts)
+
     def path(self, table: str) -> str:
-        return os.path.join(self.root, "cluster", table)
+        return self.join("cluster", table)
 
     def broker_root(self, broker: int) -> str:
-        return os.path.join(self.root, "brokers", str(broker))
+        return self.join("brokers", str(broker))
 
     def log_path(self, broker: int) -> str:
-        return os.path.join(self.broker_root(broker), "log")
+        return self.join("brokers", str(broker), "log")
+
+    def path_exists(self, path: str) -> bool:
+        """Whether `path` exists, by Hadoop's FileSystem for a URI (any store Spark can reach)."""
+        if not is_uri(path):
+            return os.path.exists(path)
+        jvm = self.spark._jvm
+        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+        return bool(hadoop_path.getFileSystem(self.spark._jsc.hadoopConfiguration()).exists(hadoop_path))
+
+    def _is_table(self, path: str) -> bool:
+        return self.path_exists(f"{path}/_delta_log")
 
     def exists(self) -> bool:
-        return os.path.isdir(os.path.join(self.path("cluster"), "_delta_log"))
+        return self._is_table(self.path("cluster"))
 
     # -- creation ----------------------------------------------------------------------------
     def _create(self, path: str, schema: StructType, props: dict[str, str]) -> None:
@@ -86,7 +118,7 @@ class Storage:
 
     def ensure(self, table: str) -> None:
         """Creates a cluster table that a root made by an older release lacks."""
-        if not os.path.isdir(os.path.join(self.path(table), "_delta_log")):
+        if not self._is_table(self.path(table)):
             self._create(self.path(table), CLUSTER_TABLES[table], _PROPS)
 
     def overwrite_table(self, df: DataFrame, table: str) -> None:

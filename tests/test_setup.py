@@ -49,3 +49,21 @@ def test_missing_delta_jars_name_the_fix(tmp_path):
 def test_cached_jars_are_found():
     names = " ".join(Path(j).name for j in delta_jars())
     assert "delta-spark_4.2_2.13" in names and "delta-storage" in names
+
+
+def test_a_root_given_as_a_uri_goes_through_hadoops_filesystem(spark, tmp_path):
+    from pipeline import Cluster
+    from pipeline.errors import ReplogError
+    from pipeline.storage import Storage
+
+    root = f"file://{tmp_path}/uri-root/"
+    storage = Storage(spark, root)
+    # spelled as Hadoop and Delta qualify it (file:///x is file:/x), so table locations match
+    assert (storage.uri, storage.path("partitions"), storage.log_path(2)) == (
+        True, f"file:{tmp_path}/uri-root/cluster/partitions", f"file:{tmp_path}/uri-root/brokers/2/log")
+    with pytest.raises(ReplogError, match="CLUSTER_NOT_FOUND"):
+        Cluster.open(spark, root)
+    Cluster.create(spark, root, brokers=2).create_topic("t", partitions=2, replication_factor=2)
+    assert (tmp_path / "uri-root" / "brokers" / "1" / "log" / "_delta_log").is_dir()
+    opened = Cluster.open(spark, root)
+    assert sorted((r["partition"], r["leader"]) for r in opened.describe("t").collect()) == [(0, 0), (1, 1)]
