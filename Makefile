@@ -1,7 +1,7 @@
 PY := .venv/bin/python
 ROOT ?= demo-root
 
-.PHONY: setup test test-integration demo clean profile bench
+.PHONY: setup test test-integration test-airflow airflow-setup demo clean profile bench
 
 setup:
 	@bash scripts/setup.sh
@@ -28,3 +28,11 @@ profile: setup
 bench: setup
 	@$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(PY) jobs/benchmark.py --scenario fetch-sessions --readme $(BENCH_ARGS)
+
+# Airflow lives in its own environment (.venv-airflow): its Spark provider brings pyspark-client,
+# which cannot share one with pyspark. The DAG's tasks call this checkout's .venv spark-submit.
+airflow-setup: setup
+	@bash scripts/setup-airflow.sh
+
+test-airflow: airflow-setup
+	.venv-airflow/bin/python -m pytest -o addopts="-q -p no:cacheprovider" airflow_tests
