@@ -9,7 +9,7 @@ setup:
 # two pytest workers, one test file each at a time (module fixtures stay in one worker): a round
 # is mostly driver-side latency, so two processes use the two cores (8:43 vs 9:59 sequential)
 test: setup
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile --durations=15
 
 # the jobs run as users run them: spark-submit subprocesses (minutes; CI runs it after make test)
 test-integration: setup

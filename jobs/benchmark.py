@@ -12,6 +12,25 @@ rounds, the producers stop, the clusters settle, and idle rounds are measured. R
 of round seconds, the fetch request / response partitions per round, and the driver JVM's peak
 RSS (VmHWM) after each P. Writes benchmarks/fetch_sessions.json and .png and prints the README
 table (`--readme` also rewrites it in README.md between its benchmark markers).
+
+Scenario `throughput` (issue 7, target 1): N records of V-byte values over P partitions (3 brokers,
+RF 3, acks=1), end to end: from `produce()` of one DataFrame into the inbox until every replica
+holds every record (nothing pending, every partition settled). Side by side, in the same Spark
+session and the same run: the raw write limit, the same rows appended once to one Delta table.
+Rounds advance a manual cluster clock by the default trigger interval (500 ms), so the ISR rules
+see rounds, not this machine's speed. Writes benchmarks/throughput.json.
+
+    .venv/bin/python jobs/benchmark.py --scenario throughput --records 5000000 --partitions 100
+
+Scenario `freshness` (issue 7, target 2): the streaming job (`spark-submit jobs/replicate.py`, its
+default trigger) runs in its own process on a cluster of P partitions (3 brokers, RF 3) while this
+process produces R records per second (one produce() per second, random partitions, acks=1) and
+polls `SELECT ... FROM replog.committed` for them. Per produce: seconds from produce() returning to
+the end of the first poll that sees all of its records (an upper bound; each poll's own time is in
+the JSON). Produce and polls share one loop, so when they are slower than a second the producer
+falls behind the rate asked; the table shows the rate sent. Writes benchmarks/freshness.json.
+
+    .venv/bin/python jobs/benchmark.py --scenario freshness --partitions 10000 --rate 1000 --seconds 180
 """
 
 from __future__ import annotations
@@ -26,10 +45,10 @@ import statistics
 import tempfile
 import time
 
+from pyspark.sql import functions as F
+
 from pipeline import Cluster, ManualClock, get_spark
 
-MARK_BEGIN = "<!-- benchmark:fetch-sessions -->"
-MARK_END = "<!-- /benchmark:fetch-sessions -->"
 MODES = ("incremental", "full")
 STEP_MS = 500  # the default trigger interval: replica.fetch.wait.max.ms
 
@@ -159,48 +178,209 @@ def plot(data: dict, path: str) -> bool:
     return True
 
 
-def update_readme(path: str, text: str) -> None:
+def throughput(spark, records: int, partitions: int, value_bytes: int, max_rounds: int) -> dict:
+    workdir = tempfile.mkdtemp(prefix="bench-throughput-")
+    try:
+        rows = spark.range(records).select(
+            (F.col("id") % partitions).cast("int").alias("partition"),
+            F.expr(f"CAST(repeat('x', {value_bytes}) AS BINARY)").alias("value"))
+        started = time.perf_counter()  # the raw write limit: the same rows, appended once
+        rows.write.format("delta").save(os.path.join(workdir, "raw"))
+        raw_s = time.perf_counter() - started
+
+        clock = ManualClock(start_ms=0)
+        cluster = Cluster.create(spark, os.path.join(workdir, "cluster"), brokers=3, clock=clock)
+        cluster.create_topic("bench", partitions=partitions, replication_factor=3)
+        rounds = []
+        started = time.perf_counter()
+        cluster.produce("bench", rows, acks=1)
+        produce_s = time.perf_counter() - started
+        for n in range(1, max_rounds + 1):
+            clock.advance(STEP_MS)
+            seconds, report = timed_round(cluster)
+            rounds.append({"s": seconds, "appended": report.records_appended, "replicated": report.records_replicated})
+            print(f"throughput round {n}: {seconds:.1f} s, appended {report.records_appended}, replicated "
+                  f"{report.records_replicated}", flush=True)
+            if report.pending_requests == 0 and report.active_partitions == 0:
+                break
+        replicated_s = time.perf_counter() - started
+        leo = {r["broker"]: r["leo"] for r in cluster.replicas("bench").groupBy("broker").agg(
+            F.sum("log_end_offset").alias("leo")).collect()}
+        done = all(v == records for v in leo.values()) and len(leo) == 3
+        mb = records * value_bytes / 1e6
+        return {
+            "records": records, "partitions": partitions, "value_bytes": value_bytes, "complete": done,
+            "raw_s": raw_s, "raw_records_per_s": records / raw_s, "raw_mb_per_s": mb / raw_s,
+            "replicated_s": replicated_s, "produce_s": produce_s, "rounds": len(rounds),
+            "replicated_records_per_s": records / replicated_s, "replicated_mb_per_s": mb / replicated_s,
+            "ratio": raw_s / replicated_s, "round_s": [r["s"] for r in rounds],
+            "driver_jvm_peak_rss_mb": jvm_peak_rss_mb(spark),
+        }
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def freshness(spark, partitions: int, rate: int, seconds: int, seed: int) -> dict:
+    import subprocess
+    import sys
+
+    rng = random.Random(seed)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    workdir = tempfile.mkdtemp(prefix="bench-freshness-")
+    root = os.path.join(workdir, "cluster")
+    cluster = Cluster.create(spark, root, brokers=3)
+    cluster.create_topic("fresh", partitions=partitions, replication_factor=3)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_GATEWAY", "SPARK_"))}
+    env.update({"PYTHONPATH": repo, "PYSPARK_PYTHON": sys.executable})
+    log = open(os.path.join(workdir, "job.log"), "w")
+    job = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", "local[2]",
+                            "--properties-file", "conf/spark-defaults.conf", "jobs/replicate.py", "--root", root],
+                           cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        time.sleep(20)  # the job's Spark session starts
+        produced, visible, polls = {}, {}, []
+        started = time.monotonic()
+        batch = 0
+        while time.monotonic() - started < seconds or (produced.keys() - visible.keys()
+                                                      and time.monotonic() - started < seconds + 120):
+            if time.monotonic() - started < seconds and time.monotonic() - started >= batch:
+                cluster.produce("fresh", [{"value": f"{batch}:{i}", "partition": rng.randrange(partitions)}
+                                          for i in range(rate)], acks=1)
+                produced[batch] = time.monotonic()
+                batch += 1
+            waiting = sorted(produced.keys() - visible.keys())
+            if not waiting:
+                time.sleep(0.05)
+                continue
+            poll_start = time.monotonic()
+            seen = spark.sql(
+                "SELECT CAST(substring_index(CAST(value AS STRING), ':', 1) AS INT) AS b, count(*) AS n "
+                f"FROM replog.committed WHERE topic = 'fresh' GROUP BY 1 HAVING b >= {waiting[0]}").collect()
+            now = time.monotonic()
+            polls.append(now - poll_start)
+            for r in seen:
+                if r["n"] == rate and r["b"] in produced and r["b"] not in visible:
+                    visible[r["b"]] = now
+        latencies = sorted(visible[b] - produced[b] for b in visible)
+        durations = [r["duration_ms"] / 1000 for r in cluster.rounds().select("duration_ms").collect()]
+        return {
+            "partitions": partitions, "rate": rate, "seconds": seconds, "produces": len(produced),
+            "visible": len(visible),
+            "p50_s": statistics.median(latencies) if latencies else None,
+            "p99_s": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else None,
+            "max_s": latencies[-1] if latencies else None, "latencies_s": latencies,
+            "poll_median_s": statistics.median(polls) if polls else None,
+            "round_median_s": statistics.median(durations) if durations else None, "rounds": len(durations),
+        }
+    finally:
+        job.terminate()
+        try:
+            job.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            job.kill()
+        log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def freshness_table(data: dict) -> str:
+    r = data["results"]
+    f = lambda v: "-" if v is None else f"{v:.1f}"
+    return "\n".join([
+        f"Machine: {data['machine']}. Command: `{data['command']}`.", "",
+        "| P | records/s asked / sent | produces seen / sent | p50 (s) | p99 (s) | max (s) | round median (s) "
+        "| poll median (s) |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {r['partitions']:,} | {r['rate']:,} / {r['produces'] * r['rate'] / r['seconds']:,.0f} "
+        f"| {r['visible']} / {r['produces']} | {f(r['p50_s'])} | {f(r['p99_s'])} "
+        f"| {f(r['max_s'])} | {f(r['round_median_s'])} | {f(r['poll_median_s'])} |",
+        "", "Targets: p50 <= 3 s, p99 <= 6 s, never more than 2 rounds plus the trigger interval."])
+
+
+def throughput_table(data: dict) -> str:
+    r = data["results"]
+    rss = f"{r['driver_jvm_peak_rss_mb']:.0f}" if r["driver_jvm_peak_rss_mb"] else "-"
+    return "\n".join([
+        f"Machine: {data['machine']}. Command: `{data['command']}`.", "",
+        "| | seconds | records/s | MB/s (values) |", "|---|---|---|---|",
+        f"| raw: one Delta append of the same rows | {r['raw_s']:.1f} | {r['raw_records_per_s']:,.0f} "
+        f"| {r['raw_mb_per_s']:.1f} |",
+        f"| replicated: produce, then rounds until all 3 replicas hold everything ({r['rounds']} rounds) "
+        f"| {r['replicated_s']:.1f} | {r['replicated_records_per_s']:,.0f} | {r['replicated_mb_per_s']:.1f} |",
+        "", f"Replicated / raw throughput: {100 * r['ratio']:.0f}% (target >= 40%). Produce into the inbox: "
+            f"{r['produce_s']:.1f} s; round median {statistics.median(r['round_s']):.1f} s; driver JVM peak RSS "
+            f"{rss} MB; every replica complete: {r['complete']}."])
+
+
+def update_readme(path: str, text: str, scenario: str) -> None:
+    mark_begin, mark_end = f"<!-- benchmark:{scenario} -->", f"<!-- /benchmark:{scenario} -->"
     with open(path) as f:
         readme = f.read()
-    begin, end = readme.index(MARK_BEGIN) + len(MARK_BEGIN), readme.index(MARK_END)
+    begin, end = readme.index(mark_begin) + len(mark_begin), readme.index(mark_end)
     with open(path, "w") as f:
         f.write(readme[:begin] + "\n" + text + "\n" + readme[end:])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenario", choices=["fetch-sessions"], default="fetch-sessions")
-    parser.add_argument("--partitions", type=int, nargs="+", default=[1000, 10000, 100000])
+    parser.add_argument("--scenario", choices=["fetch-sessions", "throughput", "freshness"], default="fetch-sessions")
+    parser.add_argument("--rate", type=int, default=1000, help="freshness: records produced per second")
+    parser.add_argument("--seconds", type=int, default=180, help="freshness: how long the producer runs")
+    parser.add_argument("--records", type=int, default=5_000_000, help="throughput: records produced")
+    parser.add_argument("--value-bytes", type=int, default=100, help="throughput: bytes per value")
+    parser.add_argument("--max-rounds", type=int, default=500, help="throughput: give up after this many")
+    parser.add_argument("--partitions", type=int, nargs="+",
+                        help="fetch-sessions: P values (default 1000 10000 100000); throughput: one P (default 100)")
     parser.add_argument("--changed", type=int, default=100, help="partitions produced to per round (k)")
     parser.add_argument("--rounds", type=int, default=20, help="measured active rounds per P")
     parser.add_argument("--warm-up", type=int, default=3)
     parser.add_argument("--idle-rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=227)
-    parser.add_argument("--out", default="benchmarks/fetch_sessions.json")
+    parser.add_argument("--out", help="default benchmarks/<scenario>.json")
     parser.add_argument("--readme", action="store_true", help="rewrite the README's table")
     args = parser.parse_args(argv)
     spark = get_spark(extra={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
+    machine = (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+               f"Spark {spark.version}, local[*]")
+    out = args.out or f"benchmarks/{args.scenario.replace('-', '_')}.json"
+    if args.scenario == "throughput":
+        partitions = args.partitions[0] if args.partitions else 100
+        result = throughput(spark, args.records, partitions, args.value_bytes, args.max_rounds)
+        data = {"scenario": args.scenario, "machine": machine, "results": result,
+                "command": f"jobs/benchmark.py --scenario throughput --records {args.records} "
+                           f"--partitions {partitions} --value-bytes {args.value_bytes}"}
+        return _write(data, out, throughput_table(data), args.readme, plotted=False)
+    if args.scenario == "freshness":
+        partitions = args.partitions[0] if args.partitions else 10000
+        result = freshness(spark, partitions, args.rate, args.seconds, args.seed)
+        data = {"scenario": args.scenario, "machine": machine, "results": result,
+                "command": f"jobs/benchmark.py --scenario freshness --partitions {partitions} --rate {args.rate} "
+                           f"--seconds {args.seconds}"}
+        return _write(data, out, freshness_table(data), args.readme, plotted=False)
+    args.partitions = args.partitions or [1000, 10000, 100000]
     results = [fetch_sessions(spark, p, args.changed, args.rounds, args.warm_up, args.idle_rounds, args.seed)
                for p in sorted(args.partitions)]
     data = {
         "scenario": args.scenario,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-                   f"Spark {spark.version}, local[*]",
+        "machine": machine,
         "command": "jobs/benchmark.py " + " ".join(
             [f"--partitions {' '.join(map(str, sorted(args.partitions)))}", f"--changed {args.changed}",
              f"--rounds {args.rounds}", f"--warm-up {args.warm_up}", f"--idle-rounds {args.idle_rounds}"]),
         "results": results,
         "ratios": ratios(results),
     }
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
+    return _write(data, out, table(data), args.readme, plotted=True)
+
+
+def _write(data: dict, out: str, text: str, readme: bool, plotted: bool) -> int:
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "w") as f:
         json.dump(data, f, indent=2)
-    text = table(data)
     print(text)
-    plot(data, os.path.splitext(args.out)[0] + ".png")
-    if args.readme:
-        update_readme(os.path.join(os.path.dirname(__file__), "..", "README.md"), text)
-    print(f"wrote {args.out}")
+    if plotted:
+        plot(data, os.path.splitext(out)[0] + ".png")
+    if readme:
+        update_readme(os.path.join(os.path.dirname(__file__), "..", "README.md"), text, data["scenario"])
+    print(f"wrote {out}")
     return 0
 
 
