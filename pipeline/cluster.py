@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from pipeline import consumer
 from pipeline import fetch_session as sessions
+from pipeline import groups
 from pipeline import views
 from pipeline.assignment import assign_replicas
 from pipeline.clock import Clock, SystemClock
@@ -21,8 +22,8 @@ from pipeline.config import to_json, validate_cluster_config, validate_topic_con
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.produce import parse_acks, record_rows, records_frame
 from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round
-from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLUSTER_SCHEMA, INBOX_SCHEMA, PARTITIONS_SCHEMA,
-                              REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
+from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLUSTER_SCHEMA, GROUP_OFFSETS_SCHEMA, INBOX_SCHEMA,
+                              PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
 from pipeline.storage import Storage
 
 __all__ = ["Cluster"]
@@ -64,6 +65,7 @@ class Cluster:
         self._consumer_requests: dict[str, list[sessions.Context]] = {}
         self._carry: Carry | None = None  # the last round's state, pinned (see round.Carry)
         self._restarted = False  # set by open(): the next round is this process's first
+        storage.ensure("group_offsets")  # a root made before consumer groups existed
         views.register_views(spark, storage, brokers, config["min.insync.replicas"])
 
     # -- factories ---------------------------------------------------------------------------
@@ -350,13 +352,69 @@ class Cluster:
             ADMIN_SCHEMA), "admin")
         return max(start, before_offset)
 
+    # -- consumer groups ---------------------------------------------------------------------
+    def _check_group(self, group: Any) -> None:
+        if not isinstance(group, str) or not group.strip():
+            raise ReplogError(ErrorCode.INVALID_GROUP_ID, f"a group id must be a non-empty string, got {group!r}")
+
+    def commit_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], metadata: str | None = None) -> None:
+        """Kafka's OffsetCommit: stores, per (topic, partition), the next offset `group` reads, in
+        one commit (all or nothing). A later commit of the same partition replaces it."""
+        self._check_group(group)
+        if not isinstance(offsets, Mapping) or not offsets:
+            raise ValueError("offsets must be a non-empty mapping {(topic, partition): offset}")
+        if metadata is not None and len(metadata.encode("utf-8")) > groups.OFFSET_METADATA_MAX_BYTES:
+            raise ReplogError(ErrorCode.OFFSET_METADATA_TOO_LARGE,
+                              f"metadata is over offset.metadata.max.bytes ({groups.OFFSET_METADATA_MAX_BYTES})")
+        rows, counts = [], {}
+        for key, offset in offsets.items():
+            if not (isinstance(key, tuple) and len(key) == 2):
+                raise ValueError(f"offsets keys are (topic, partition), got {key!r}")
+            topic, partition = key
+            if topic not in counts:
+                meta = self._topic(topic) if isinstance(topic, str) else None
+                if meta is None:
+                    raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
+                counts[topic] = meta["partitions"]
+            if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < counts[topic]:
+                raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                  f"topic '{topic}' has no partition {partition!r}")
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                raise ValueError(f"the offset of {topic}-{partition} must be an int >= 0, got {offset!r}")
+            rows.append((group, topic, partition, offset, metadata, self.clock.now_ms()))
+        self.storage.upsert(self.spark.createDataFrame(rows, GROUP_OFFSETS_SCHEMA), "group_offsets",
+                            ["group_id", "topic", "partition"])
+
+    def committed_offsets(self, group: str) -> DataFrame:
+        """Kafka's OffsetFetch: topic, partition, committed_offset, metadata, commit_ms of `group`."""
+        self._check_group(group)
+        return self.storage.read("group_offsets").filter(F.col("group_id") == group).drop("group_id")
+
+    def consumer_lag(self, group: str | None = None) -> DataFrame:
+        """kafka-consumer-groups --describe: group_id, topic, partition, current_offset,
+        log_end_offset (the HW: the end a consumer can read to) and lag, per committed partition."""
+        df = self.spark.sql(views.consumer_lag_sql(self.storage))
+        return df if group is None else df.filter(F.col("group_id") == group)
+
     def read(self, topic: str, partition: int | None = None, from_offset: int | None = None,
-             replica: int | None = None, isolation: str = "read_committed") -> DataFrame:
+             replica: int | None = None, isolation: str = "read_committed", group: str | None = None,
+             auto_offset_reset: str = "latest") -> DataFrame:
         """Records of a topic from one replica per partition (the leader by default), from each
         partition's log start offset or from `from_offset` (OFFSET_OUT_OF_RANGE when below the log
-        start offset): read_committed stops at that replica's HW, read_uncommitted at its LEO."""
+        start offset): read_committed stops at that replica's HW, read_uncommitted at its LEO.
+
+        With `group`, each partition starts at the group's committed offset; where it has none,
+        or one out of range, `auto_offset_reset` decides as Kafka's consumer does: `latest` (the
+        default: nothing until new records), `earliest` (the log start) or `none`
+        (NO_OFFSET_FOR_PARTITION). Reading does not commit: call commit_offsets()."""
         if isolation not in _ISOLATION:
             raise ValueError(f"isolation must be one of {_ISOLATION}, got {isolation!r}")
+        if group is not None:
+            self._check_group(group)
+            if from_offset is not None:
+                raise ValueError("give either group (start at its committed offsets) or from_offset, not both")
+            if auto_offset_reset not in groups.AUTO_OFFSET_RESET:
+                raise ValueError(f"auto_offset_reset must be one of {groups.AUTO_OFFSET_RESET}, got {auto_offset_reset!r}")
         meta = self._topic(topic) if isinstance(topic, str) else None
         if meta is None:
             raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
@@ -385,12 +443,24 @@ class Cluster:
                                   f"offset {from_offset} is below the log start offset {below[0]['log_start_offset']} "
                                   f"of partition {below[0]['partition']} of '{topic}'")
         upper = "high_watermark" if isolation == "read_committed" else "log_end_offset"
+        state = state.select("topic", "partition", "broker", "log_start_offset", "high_watermark", "log_end_offset")
+        start = F.greatest(F.lit(from_offset or 0), F.col("log_start_offset"))
+        if group is not None:
+            committed = self.committed_offsets(group).filter(F.col("topic") == topic)
+            if auto_offset_reset == "none":
+                missing = groups.partitions_without_offset(state, committed).limit(1).collect()
+                if missing:
+                    raise ReplogError(ErrorCode.NO_OFFSET_FOR_PARTITION,
+                                      f"group '{group}' has no offset in range for partition {missing[0]['partition']} "
+                                      f"of '{topic}' (committed: {missing[0]['committed_offset']}) and "
+                                      "auto_offset_reset is 'none'")
+            starts = groups.group_start_offsets(state, committed, auto_offset_reset)
+            state = state.join(starts.select("topic", "partition", "start_offset"), on=["topic", "partition"])
+            start = F.col("start_offset")
         logs = self.spark.sql(views.logs_sql(self.storage, self.brokers)).filter(F.col("topic") == topic)
         return (
-            logs.join(state.select("topic", "partition", "broker", "log_start_offset", upper),
-                      on=["topic", "partition", "broker"], how="inner")
-            .filter((F.col("offset") >= F.greatest(F.lit(from_offset or 0), F.col("log_start_offset")))
-                    & (F.col("offset") < F.col(upper)))
+            logs.join(state, on=["topic", "partition", "broker"], how="inner")
+            .filter((F.col("offset") >= start) & (F.col("offset") < F.col(upper)))
             .select("topic", "partition", "offset", "leader_epoch", "timestamp", "key", "value")
         )
 

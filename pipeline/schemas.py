@@ -26,6 +26,7 @@ __all__ = [
     "PRODUCERS_SCHEMA",
     "CLUSTER_SCHEMA",
     "CLIENT_SESSIONS_SCHEMA",
+    "GROUP_OFFSETS_SCHEMA",
     "CONSUMER_POSITIONS_SCHEMA",
     "NO_LEADER",
     "PARTITION_KEY",
@@ -218,6 +219,16 @@ CLIENT_SESSIONS_SCHEMA = _s(
 
 # A consumer's position per partition (the next offset it reads) and the leader's cached entry
 # of that partition in the consumer's session (session_id 0: not cached).
+# Consumer groups' committed offsets (Kafka's __consumer_offsets): the next offset the group reads
+GROUP_OFFSETS_SCHEMA = _s(
+    ("group_id", StringType(), False),
+    ("topic", StringType(), False),
+    ("partition", IntegerType(), False),
+    ("committed_offset", LongType(), False),
+    ("metadata", StringType(), True),
+    ("commit_ms", LongType(), False),
+)
+
 CONSUMER_POSITIONS_SCHEMA = _s(
     ("consumer_id", StringType(), False),
     ("topic", StringType(), False),

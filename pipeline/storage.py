@@ -40,6 +40,7 @@ CLUSTER_TABLES = {
     "rounds": schemas.ROUNDS_SCHEMA,
     "client_sessions": schemas.CLIENT_SESSIONS_SCHEMA,
     "consumer_positions": schemas.CONSUMER_POSITIONS_SCHEMA,
+    "group_offsets": schemas.GROUP_OFFSETS_SCHEMA,
 }
 _PROPS = {
     "delta.autoOptimize.optimizeWrite": "false",

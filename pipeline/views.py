@@ -7,7 +7,7 @@ from pyspark.sql import SparkSession
 from pipeline.storage import Storage
 
 __all__ = ["partitions_sql", "replicas_sql", "results_sql", "logs_sql", "committed_sql", "metrics_sql",
-           "lagging_replicas_sql", "fetch_sessions_sql", "register_views", "DATABASE", "RATE_WINDOW_MS"]
+           "lagging_replicas_sql", "fetch_sessions_sql", "consumer_lag_sql", "register_views", "DATABASE", "RATE_WINDOW_MS"]
 
 DATABASE = "replog"
 # Kafka's *PerSec meters report a one-minute rate; here: events per second over the trailing minute
@@ -107,6 +107,19 @@ FROM (SELECT round_id, from_json(fetch_sessions, '{_SESSIONS_JSON}') AS j
 LATERAL VIEW explode(last.j.sessions) x AS s"""
 
 
+def consumer_lag_sql(storage: Storage) -> str:
+    """kafka-consumer-groups --describe's columns for every committed partition: the group's
+    offset, the partition's high watermark on its leader (what ListOffsets LATEST answers a
+    consumer) and the difference."""
+    return f"""
+SELECT g.group_id, g.topic, g.partition, g.committed_offset AS current_offset,
+       s.high_watermark AS log_end_offset, greatest(s.high_watermark - g.committed_offset, 0) AS lag
+FROM {_t(storage, 'group_offsets')} g
+JOIN {_t(storage, 'partitions')} p ON p.topic = g.topic AND p.partition = g.partition
+LEFT JOIN {_t(storage, 'replica_state')} s
+  ON s.topic = p.topic AND s.partition = p.partition AND s.broker = p.leader"""
+
+
 def lagging_replicas_sql(storage: Storage) -> str:
     """Followers by how far they lag: records behind the leader's LEO, and ms since last caught up
     (by the cluster clock of the newest round)."""
@@ -121,7 +134,8 @@ ORDER BY lag_records DESC, lag_ms DESC, r.topic, r.partition, r.broker"""
 
 def register_views(spark: SparkSession, storage: Storage, brokers: list[int], min_isr_default: int) -> None:
     """`replog.partitions`, `replog.replicas`, `replog.rounds`, `replog.produce_results`,
-    `replog.committed`, `replog.metrics`, `replog.lagging_replicas`, `replog.fetch_sessions` in the session catalog,
+    `replog.committed`, `replog.metrics`, `replog.lagging_replicas`, `replog.fetch_sessions`,
+    `replog.consumer_lag` in the session catalog,
     pointing at this cluster's tables."""
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
     views = {
@@ -133,6 +147,7 @@ def register_views(spark: SparkSession, storage: Storage, brokers: list[int], mi
         "metrics": metrics_sql(storage),
         "lagging_replicas": lagging_replicas_sql(storage),
         "fetch_sessions": fetch_sessions_sql(storage),
+        "consumer_lag": consumer_lag_sql(storage),
     }
     for name, sql in views.items():
         spark.sql(f"CREATE OR REPLACE VIEW {DATABASE}.{name} AS {sql}")
