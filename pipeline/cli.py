@@ -10,6 +10,8 @@
     replog run      --rounds N | --until-committed [--max-rounds 50]
     replog brokers
     replog sessions [--leader B]
+    replog consumer-groups --list | --describe --group G
+                    | --reset-offsets --group G --topic T (--to-earliest | --to-latest | --to-offset N) [--execute]
 
 Every command takes --root PATH (default: $REPLOG_ROOT). Errors print one line, `replog: CODE:
 message`, and exit 1; bad arguments exit 2.
@@ -189,6 +191,36 @@ def cmd_sessions(args: argparse.Namespace) -> None:
               f"{r['created_ms']}\t{r['last_used_ms']}")
 
 
+def cmd_consumer_groups(args: argparse.Namespace) -> None:
+    """kafka-consumer-groups: committed offsets and lag, and resetting a group's offsets."""
+    cluster = _open(args)
+    if args.list:
+        for r in cluster.spark.sql("SELECT DISTINCT group_id FROM replog.consumer_lag ORDER BY group_id").collect():
+            print(r["group_id"])
+        return
+    if not args.group:
+        raise SystemExit("replog consumer-groups: --group is required")
+    if args.describe:
+        print("GROUP\tTOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG")
+        for r in cluster.consumer_lag(args.group).orderBy("topic", "partition").toLocalIterator():
+            print(f"{r['group_id']}\t{r['topic']}\t{r['partition']}\t{r['current_offset']}\t"
+                  f"{r['log_end_offset']}\t{r['lag']}")
+        return
+    if not args.topic or sum([args.to_earliest, args.to_latest, args.to_offset is not None]) != 1:
+        raise SystemExit("replog consumer-groups --reset-offsets: --topic and one of --to-earliest, --to-latest, "
+                         "--to-offset N")
+    parts = cluster.describe(args.topic).select("partition", "log_start_offset", "high_watermark").collect()
+    offsets = {(args.topic, r["partition"]): r["log_start_offset"] if args.to_earliest else
+               r["high_watermark"] if args.to_latest else args.to_offset for r in parts}  # O(partitions of T)
+    print("GROUP\tTOPIC\tPARTITION\tNEW-OFFSET")
+    for (topic, partition), offset in sorted(offsets.items()):
+        print(f"{args.group}\t{topic}\t{partition}\t{offset}")
+    if not args.execute:
+        print("(dry run: add --execute to commit these offsets)", file=sys.stderr)
+        return
+    cluster.commit_offsets(args.group, offsets)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="replog", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -243,6 +275,18 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("sessions", cmd_sessions, "the leaders' incremental fetch sessions (KIP-227)")
     p.add_argument("--leader", type=int, help="only this leader's session cache")
+
+    p = command("consumer-groups", cmd_consumer_groups, "consumer groups' committed offsets and lag")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--list", action="store_true")
+    what.add_argument("--describe", action="store_true")
+    what.add_argument("--reset-offsets", action="store_true")
+    p.add_argument("--group")
+    p.add_argument("--topic")
+    p.add_argument("--to-earliest", action="store_true")
+    p.add_argument("--to-latest", action="store_true")
+    p.add_argument("--to-offset", type=int)
+    p.add_argument("--execute", action="store_true", help="--reset-offsets commits only with this (as Kafka's tool)")
     return parser
 
 

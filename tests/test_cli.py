@@ -71,6 +71,22 @@ def test_an_operator_session(tmp_path):
         ("1", "replica-0", "follower", "1"), ("1", "replica-2", "follower", "1")]
     assert all(int(s[3]) != 0 and int(s[4]) >= 2 for s in sessions[1:])
 
+    # kafka-consumer-groups: a dry run commits nothing; --execute does
+    dry = replog("consumer-groups", "--reset-offsets", "--group", "billing", "--topic", "orders", "--to-offset", "1",
+                 root=root)
+    assert dry.stdout.splitlines() == ["GROUP\tTOPIC\tPARTITION\tNEW-OFFSET", "billing\torders\t0\t1",
+                                       "billing\torders\t1\t1"] and "dry run" in dry.stderr
+    assert replog("consumer-groups", "--list", root=root).stdout == ""
+    reset = replog("consumer-groups", "--reset-offsets", "--group", "billing", "--topic", "orders", "--to-offset", "1",
+                   "--execute", root=root)
+    assert reset.returncode == 0, reset.stderr[-2000:]
+    lag = [line.split("\t") for line in replog("consumer-groups", "--describe", "--group", "billing",
+                                                 root=root).stdout.splitlines()]
+    assert lag[0] == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"]
+    assert [(r[2], r[3]) for r in lag[1:]] == [("0", "1"), ("1", "1")]
+    hws = [int(line.split("HighWatermark: ")[1].split("\t")[0]) for line in described[1:]]
+    assert [(int(r[4]), int(r[5])) for r in lag[1:]] == [(hw, max(hw - 1, 0)) for hw in hws]
+
     again = replog("topics", "--create", "--topic", "orders", "--partitions", "1", root=root)
     assert again.returncode == 1
     assert last_line(again) == "replog: TOPIC_ALREADY_EXISTS: topic 'orders' already exists"
