@@ -22,6 +22,7 @@ __all__ = [
     "RESULTS_SCHEMA",
     "ROUNDS_SCHEMA",
     "BROKERS_SCHEMA",
+    "ELECTIONS_SCHEMA",
     "ADMIN_SCHEMA",
     "PRODUCERS_SCHEMA",
     "CLUSTER_SCHEMA",
@@ -115,6 +116,10 @@ REPLICA_STATE_SCHEMA = _s(
     ("session_max_bytes", LongType(), False),
     ("session_high_watermark", LongType(), False),  # the HW last sent; -1: none (or an error)
     ("session_leader_log_start_offset", LongType(), False),  # the leader log start offset last sent
+    # the leader epoch whose leader last confirmed this replica's log does not diverge from its own
+    # (Kafka's lastFetchedEpoch check, KIP-320): below the partition's leader epoch, the next fetch
+    # checks first and truncates a diverging suffix (null, on a root made before elections: 0)
+    ("validated_leader_epoch", IntegerType(), True),
     ("round_id", LongType(), False),
 )
 
@@ -192,6 +197,31 @@ BROKERS_SCHEMA = _s(
     ("fetcher_paused", BooleanType(), False),
     ("fetch_max_bytes_per_round", LongType(), True),
     ("changed_ms", LongType(), False),
+    # the broker's process: running | stopped (crashed, not yet fenced) | fenced (its session expired:
+    # out of every ISR it is not the last member of, and of leadership) | starting (restarted: the
+    # next round fences its old session and unfences it). Null (a root made before): running.
+    ("state", StringType(), True),
+    # its last heartbeat before it stopped (a running broker heartbeats at every round)
+    ("last_heartbeat_ms", LongType(), True),
+    # restarted without its log directory: it stays out of every ISR until it has fetched back in
+    ("log_lost", BooleanType(), True),
+)
+
+# Append-only: every leader change the controller made (Kafka's PartitionChangeRecord with a new
+# leader), and so each leader's leader-epoch checkpoint entries: (leader, leader_epoch, start_offset).
+ELECTIONS_SCHEMA = _s(
+    ("round_id", LongType(), False),
+    ("now_ms", LongType(), False),
+    ("topic", StringType(), False),
+    ("partition", IntegerType(), False),
+    ("election", StringType(), False),  # clean | unclean | offline (no leader could be elected)
+    ("previous_leader", IntegerType(), False),
+    ("leader", IntegerType(), False),
+    ("leader_epoch", IntegerType(), False),
+    ("start_offset", LongType(), True),  # the new leader's LEO: its epoch's start offset
+    ("high_watermark", LongType(), True),  # the partition's HW under its new leader
+    ("offsets_lost", LongType(), False),  # unclean: committed offsets the new leader does not hold
+    ("isr", ArrayType(IntegerType(), False), False),
 )
 
 CLUSTER_SCHEMA = _s(
