@@ -8,7 +8,8 @@ from pyspark.sql import functions as F
 from pipeline.errors import ErrorCode
 from pipeline.schemas import ACKS_ALL
 
-__all__ = ["STATUS_PENDING", "STATUS_ACKED", "STATUS_ERROR", "status_after_append", "resolve_pending_acks"]
+__all__ = ["STATUS_PENDING", "STATUS_ACKED", "STATUS_ERROR", "status_after_append", "resolve_pending_acks",
+           "fail_on_leader_change"]
 
 STATUS_PENDING = "pending"
 STATUS_ACKED = "acked"
@@ -40,3 +41,14 @@ def resolve_pending_acks(pending_df: DataFrame, partitions_df: DataFrame) -> Dat
                     .otherwise(F.lit(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)))
         .drop("high_watermark", "isr", "min_isr")
     )
+
+
+def fail_on_leader_change(pending_df: DataFrame, new_leaders_df: DataFrame) -> DataFrame:
+    """Pending acks=-1 requests on a partition whose leader changed: Kafka's DelayedProduce
+    completes them with NOT_LEADER_OR_FOLLOWER, since the records they wait for may not be on the
+    new leader (a producer retries; an idempotent one without duplicates). Records of theirs that the
+    new leader does hold stay at their offsets and become committed with the rest.
+    pending_df: result rows with status pending; new_leaders_df: topic, partition."""
+    return (pending_df.join(new_leaders_df.select("topic", "partition"), on=["topic", "partition"], how="left_semi")
+            .withColumn("status", F.lit(STATUS_ERROR))
+            .withColumn("error_code", F.lit(ErrorCode.NOT_LEADER_OR_FOLLOWER)))

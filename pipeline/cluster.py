@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline import consumer
+from pipeline import controller
 from pipeline import fetch_session as sessions
 from pipeline import groups
 from pipeline import views
@@ -59,13 +60,16 @@ class Cluster:
         self._last_report: RoundReport | None = RoundReport(**last[0].asDict()) if last else None
         self._seen: tuple | None = None  # table versions and broker states at the last round
         self._rng = random.Random()  # fetch session ids
-        self._brokers_seen: tuple | None = None  # (brokers table version, paused, throttles)
+        self._brokers_seen: tuple | None = None  # (brokers table version, its rows)
         self._pairs: tuple[int, dict[tuple[int, int], int]] | None = None  # (partitions version, fetch pairs)
         self._clients: tuple[int, consumer.ClientSessions] | None = None  # (version, consumers' sessions)
         self._consumer_requests: dict[str, list[sessions.Context]] = {}
         self._carry: Carry | None = None  # the last round's state, pinned (see round.Carry)
         self._restarted = False  # set by open(): the next round is this process's first
         storage.ensure("group_offsets")  # a root made before consumer groups existed
+        storage.ensure("elections")  # ... before the controller
+        storage.ensure_columns("brokers")
+        storage.ensure_columns("replica_state")
         views.register_views(spark, storage, brokers, config["min.insync.replicas"])
 
     # -- factories ---------------------------------------------------------------------------
@@ -84,7 +88,8 @@ class Cluster:
         storage.create_tables(ids)
         now = clock.now_ms()
         storage.append_table(spark.createDataFrame(
-            [(b, storage.broker_root(b), False, None, now) for b in ids], BROKERS_SCHEMA), "brokers")
+            [(b, storage.broker_root(b), False, None, now, controller.RUNNING, now, False) for b in ids],
+            BROKERS_SCHEMA), "brokers")
         storage._create(storage.path("cluster"), CLUSTER_SCHEMA, {})
         storage.append_table(spark.createDataFrame(
             [(str(uuid.uuid4()), brokers, to_json(full), now)], CLUSTER_SCHEMA), "cluster")
@@ -131,7 +136,7 @@ class Cluster:
             [(topic, p, r[0], 0, 0, r, r, 0, self._round_id) for p, r in enumerate(assignment)],
             PARTITIONS_SCHEMA), "partitions")
         self.storage.append_table(self.spark.createDataFrame(
-            [(topic, p, b, 0, 0, 0, 0, now, 0, now, 0, 0, 0, -1, -1, self._round_id)
+            [(topic, p, b, 0, 0, 0, 0, now, 0, now, 0, 0, 0, -1, -1, 0, self._round_id)
              for p, r in enumerate(assignment) for b in r],
             REPLICA_STATE_SCHEMA), "replica_state")
         # the topic row last: a topic is visible to producers only once all its partitions are
@@ -168,16 +173,60 @@ class Cluster:
         return self.spark.sql(views.results_sql(self.storage))
 
     # -- rounds ------------------------------------------------------------------------------
-    def _broker_states(self) -> tuple[dict[int, int | None], dict[int, int]]:
-        """(paused brokers -> their last fetch, throttles), re-read only when the table changed."""
+    def _broker_rows(self) -> list:
+        """The brokers table (O(brokers) rows), re-read only when it changed."""
         version = self.storage.version("brokers")
         if self._brokers_seen is None or self._brokers_seen[0] != version:
-            rows = self.storage.read("brokers").collect()  # O(brokers)
-            paused = {r["broker"]: r["changed_ms"] for r in rows if r["fetcher_paused"]}
-            throttles = {r["broker"]: r["fetch_max_bytes_per_round"] for r in rows
-                         if r["fetch_max_bytes_per_round"] is not None}
-            self._brokers_seen = (version, paused, throttles)
-        return dict(self._brokers_seen[1]), dict(self._brokers_seen[2])
+            self._brokers_seen = (version, self.storage.read("brokers").collect())
+        return self._brokers_seen[1]
+
+    def _broker_states(self) -> tuple[dict[int, int | None], dict[int, int]]:
+        """(brokers that do not fetch -> their last fetch, throttles): a paused fetcher, and a
+        broker that is down (stopped or fenced), which last fetched at its last heartbeat."""
+        rows = self._broker_rows()
+        paused = {r["broker"]: r["changed_ms"] for r in rows if r["fetcher_paused"]}
+        paused.update({r["broker"]: r["last_heartbeat_ms"] for r in rows
+                       if (r["state"] or controller.RUNNING) in (controller.STOPPED, controller.FENCED)})
+        throttles = {r["broker"]: r["fetch_max_bytes_per_round"] for r in rows
+                     if r["fetch_max_bytes_per_round"] is not None}
+        return paused, throttles
+
+    def _controller_inputs(self, now: int) -> dict[str, Any]:
+        """What the round's controller step does (O(brokers) decisions on the driver): the brokers
+        to fence now (a stopped broker whose session expired: expired_broker_sessions, and a
+        restarted one, whose old session ends as it registers again), the live brokers before and
+        after the restarted ones are unfenced, and the brokers that lost their log."""
+        rows = self._broker_rows()
+        state = {r["broker"]: r["state"] or controller.RUNNING for r in rows}
+        expiring = [r for r in rows if state[r["broker"]] == controller.STOPPED]
+        expired = []
+        if expiring:
+            df = self.spark.createDataFrame([(r["broker"], r["state"], r["last_heartbeat_ms"]) for r in expiring],
+                                            "broker int, state string, last_heartbeat_ms long")
+            expired = sorted(r["broker"] for r in controller.expired_broker_sessions(
+                df, now, self.config["broker.session.timeout.ms"]).collect())
+        starting = sorted(b for b, s in state.items() if s == controller.STARTING)
+        fenced = {b for b, s in state.items() if s == controller.FENCED} | set(expired)
+        return {
+            "fence": expired, "unfence": starting,
+            "live_before_start": [b for b in self.brokers if b not in fenced and b not in starting],
+            "live": [b for b in self.brokers if b not in fenced],
+            "lost_log": sorted(r["broker"] for r in rows if state[r["broker"]] == controller.STARTING and r["log_lost"]),
+            "down": sorted(b for b, s in state.items() if s in (controller.STOPPED, controller.FENCED)),
+        }
+
+    def _after_controller(self, decisions: dict[str, Any]) -> None:
+        """The brokers' new states once the round that fenced or unfenced them has committed."""
+        rows = {r["broker"]: r.asDict() for r in self._broker_rows()}
+        changed = []
+        for b in decisions["fence"]:
+            changed.append({**rows[b], "state": controller.FENCED})
+        for b in decisions["unfence"]:
+            changed.append({**rows[b], "state": controller.RUNNING, "log_lost": False})
+        if changed:
+            self.storage.upsert(self.spark.createDataFrame(
+                [tuple(r[f] for f in BROKERS_SCHEMA.fieldNames()) for r in changed], BROKERS_SCHEMA),
+                "brokers", ["broker"])
 
     @property
     def _round_id(self) -> int:
@@ -211,12 +260,15 @@ class Cluster:
         copies: consumer.ClientSessions.cache keeps only the followers' from them)."""
         return sessions.sessions_from_json(self._last_report.fetch_sessions if self._last_report else None)
 
-    def _session_inputs(self, paused: dict[int, int | None], partitions_version: int, now: int) -> dict[str, Any]:
+    def _session_inputs(self, paused: dict[int, int | None], down: set[int], partitions_version: int,
+                        now: int) -> dict[str, Any]:
         last, handles = self._round_sessions()
         clients = self._client_sessions()
         before = clients.cache(last)
+        # a broker that is down neither fetches nor answers fetches
+        pairs = {k: v for k, v in self._fetch_pairs(partitions_version).items() if k[1] not in down}
         contexts, after, handles, evictions = sessions.round_contexts(
-            before, handles, self._fetch_pairs(partitions_version), set(paused), now,
+            before, handles, pairs, set(paused), now,
             self.config["max.incremental.fetch.session.cache.slots"], self._rng,
             sessionless=self.config["replication.fetch.mode"] == "full")
         survivors = consumer.client_cache_after_round(clients, after)
@@ -234,8 +286,9 @@ class Cluster:
         paused, throttles = self._broker_states()
         last = self._last_report
         now = self.clock.now_ms()
+        decisions = self._controller_inputs(now)
         partitions_version = self.storage.version("partitions")
-        session_inputs = self._session_inputs(paused, partitions_version, now)
+        session_inputs = self._session_inputs(paused, set(decisions["down"]), partitions_version, now)
         checked = last.retention_checked_ms if last else None
         retention_due = checked is None or now - checked >= self.config["log.retention.check.interval.ms"]
         inputs = RoundInputs(
@@ -246,16 +299,17 @@ class Cluster:
             last_admin_version=last.admin_version if last else 0,
             retention_due=retention_due, last_retention_check_ms=checked or 0,
             last_pending_requests=last.pending_requests if last else None, batch_id=batch_id,
-            restarted=self._restarted, **session_inputs)
+            restarted=self._restarted, controller=decisions, **session_inputs)
         seen = (self.storage.version("inbox"), partitions_version, self.storage.version("admin"),
                 paused, throttles)
         quiet = (last is not None and last.active_partitions == 0 and last.pending_requests == 0
-                 and not retention_due
+                 and not retention_due and not decisions["fence"] and not decisions["unfence"]
                  and all(c.kind == "incremental" for c in session_inputs["contexts"]))
         if quiet and seen == self._seen:
             report = idle_round(self.spark, self.storage, inputs, last)
         else:
             report, self._carry = run_round(self.spark, self.storage, inputs, self._carry)
+            self._after_controller(decisions)
         self._last_report, self._seen, self._restarted = report, seen, False
         return report
 
@@ -487,3 +541,68 @@ class Cluster:
         if max_bytes_per_round is not None and (not isinstance(max_bytes_per_round, int) or max_bytes_per_round < 1):
             raise ValueError(f"max_bytes_per_round must be an int >= 1 or None, got {max_bytes_per_round!r}")
         self._set_broker(broker, fetch_max_bytes_per_round=max_bytes_per_round)
+
+    def _broker_state(self, broker: int) -> str:
+        if broker not in self.brokers:
+            raise ReplogError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker {broker!r}")
+        row = next(r for r in self._broker_rows() if r["broker"] == broker)
+        return row["state"] or controller.RUNNING
+
+    def stop_broker(self, broker: int) -> None:
+        """A crash: from now on the broker neither heartbeats nor fetches nor answers fetches, and
+        its tables stay as they are. Its partitions take no produce requests
+        (NOT_LEADER_OR_FOLLOWER) until the controller fences it, broker.session.timeout.ms after its
+        last heartbeat (the last round's time), and elects new leaders from the ISR."""
+        state = self._broker_state(broker)
+        if state != controller.RUNNING:
+            raise ReplogError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker} is not running ({state})")
+        last_heartbeat = self._last_report.now_ms if self._last_report else self.clock.now_ms()
+        self._set_broker(broker, state=controller.STOPPED, last_heartbeat_ms=last_heartbeat)
+
+    def start_broker(self, broker: int) -> None:
+        """Restarts a stopped broker. It registers again: the next round ends its old session (it
+        leaves every ISR it is not the last member of, and leadership) and unfences it; its replicas
+        then fetch, truncate any suffix that diverges from their leader's log by leader epoch, and
+        rejoin the ISR once caught up. A broker whose log directory is gone or unreadable restarts
+        empty, and stays out of every ISR and of leadership until it has fetched everything back."""
+        state = self._broker_state(broker)
+        if state not in (controller.STOPPED, controller.FENCED):
+            raise ReplogError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker} is not stopped ({state})")
+        lost = not self._log_readable(broker)
+        if lost:
+            self._recreate_log(broker)
+        self._set_broker(broker, state=controller.STARTING, last_heartbeat_ms=self.clock.now_ms(), log_lost=lost)
+
+    def _log_readable(self, broker: int) -> bool:
+        path = self.storage.log_path(broker)
+        if not self.storage.path_exists(f"{path}/_delta_log"):
+            return False
+        try:
+            self.storage.read_log(broker).limit(1).collect()
+            return True
+        except Exception:  # a corrupted log: restart it empty, as Kafka does with a failed log dir
+            return False
+
+    def _recreate_log(self, broker: int) -> None:
+        """An empty log for `broker` and its replicas' offsets back to 0 (they refetch from the
+        leaders' log start offsets)."""
+        self.storage.remove_log(broker)
+        self.storage.create_log(broker)
+        zero = F.lit(0).cast("long")
+        state = (self.storage.read("replica_state").filter(F.col("broker") == broker)
+                 .withColumns({"log_start_offset": zero, "log_end_offset": zero, "high_watermark": zero,
+                               "fetch_offset": zero, "last_fetch_leader_leo": zero, "last_caught_up_time_ms": zero,
+                               "validated_leader_epoch": F.lit(0), "session_id": F.lit(0)})
+                 .localCheckpoint())
+        self.storage.upsert(state, "replica_state", ["topic", "partition", "broker"])
+
+    def broker_states(self) -> DataFrame:
+        """broker, state (running | stopped | fenced | starting), last_heartbeat_ms (a running
+        broker's is the newest round's time), fetcher_paused, log_lost."""
+        return self.spark.sql(views.brokers_sql(self.storage))
+
+    def elections(self) -> DataFrame:
+        """Every leader change the controller made: round_id, now_ms, topic, partition, election
+        (clean | unclean | offline), previous_leader, leader, leader_epoch, start_offset,
+        high_watermark, offsets_lost, isr."""
+        return self.storage.read("elections")

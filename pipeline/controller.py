@@ -80,7 +80,9 @@ def elect_leaders(partitions_df: DataFrame, live_brokers: list[int], removed_bro
         .otherwise(F.lit("offline"))
     )
     leader_changed = F.col("_leader") != F.col("leader")
-    new_isr = F.when(F.col("_election") == "unclean", F.array(F.col("_leader"))).otherwise(F.col("_target_isr"))
+    # (the new leader picked out of the replicas: an array of non-null ints, as the table's)
+    new_isr = F.when(F.col("_election") == "unclean", F.filter(F.col("replicas"), lambda r: r == F.col("_leader"))) \
+        .otherwise(F.col("_target_isr"))
     return (
         partitions_df.withColumn("_target_isr", target_isr)
         .withColumn("_leader", new_leader.cast("int"))

@@ -139,22 +139,25 @@ def update_follower_fetch_state(fetch_df: DataFrame, now_ms: int) -> DataFrame:
     )
 
 
-def maybe_increment_leader_hw(replicas_df: DataFrame, now_ms: int) -> DataFrame:
+def maybe_increment_leader_hw(replicas_df: DataFrame, now_ms: int, ineligible_brokers: list[int] | tuple = ()) -> DataFrame:
     """Kafka's Partition.maybeIncrementLeaderHW, per partition.
 
     replicas_df: one row per replica with is_leader, leader_leo, fetch_offset (followers: the LEO the
     leader last saw), isr, replicas, min_isr, lag_time_max_ms, last_caught_up_time_ms and the
     partition's `high_watermark` before. The new HW is the minimum LEO over the leader, the ISR and
     caught-up replicas that may join it; it never moves back, and it does not move while the ISR is
-    smaller than min(min.insync.replicas, replication factor).
+    smaller than min(min.insync.replicas, replication factor). A replica on a broker that may not
+    join the ISR (`ineligible_brokers`: stopped or fenced, Kafka's isReplicaIsrEligible) is not
+    waited for unless it is in the ISR.
     Returns topic, partition, high_watermark, hw_changed.
     """
     replica_leo = F.when(F.col("is_leader"), F.col("leader_leo")).otherwise(F.col("fetch_offset"))
     counts = (
         F.col("is_leader")
         | F.array_contains(F.col("isr"), F.col("broker"))
-        | is_caught_up(F.col("fetch_offset"), F.col("leader_leo"), F.col("last_caught_up_time_ms"),
-                       F.lit(now_ms), F.col("lag_time_max_ms"))
+        | (is_caught_up(F.col("fetch_offset"), F.col("leader_leo"), F.col("last_caught_up_time_ms"),
+                        F.lit(now_ms), F.col("lag_time_max_ms"))
+           & ~F.col("broker").isin(*[int(b) for b in ineligible_brokers]))
     )
     per_partition = replicas_df.groupBy(*PARTITION_KEY).agg(
         F.min(F.when(counts, replica_leo)).alias("candidate"),

@@ -20,12 +20,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, StringType
 
 from pipeline import acks as acks_rules
+from pipeline import controller as ctl
 from pipeline import fetch_session as sessions
 from pipeline import isr as isr_rules
 from pipeline import log_start
 from pipeline import producer_state
 from pipeline import replication as rules
-from pipeline.schemas import (LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PRODUCERS_SCHEMA, REPLICA_KEY,
+from pipeline.schemas import (ELECTIONS_SCHEMA, LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PRODUCERS_SCHEMA, REPLICA_KEY,
                               REPLICA_STATE_SCHEMA, RESULTS_SCHEMA, ROUNDS_SCHEMA)
 from pipeline.storage import Storage
 
@@ -136,6 +137,9 @@ class RoundInputs:
     session_evictions: int = 0
     # the first round of a process that opened an existing cluster: its brokers (re)start
     restarted: bool = False
+    # the controller's decisions (Cluster._controller_inputs): fence, unfence, live_before_start,
+    # live, lost_log, down (brokers stopped or fenced before this round)
+    controller: dict | None = None
 
 
 # the tables whose content a round carries over to the next round of the same process
@@ -171,6 +175,7 @@ def _partition_meta(storage: Storage, config: dict[str, Any]) -> DataFrame:
         setting("message.max.bytes", "long").alias("message_max_bytes"),
         setting("retention.ms", "long").alias("retention_ms"),
         setting("retention.bytes", "long").alias("retention_bytes"),
+        setting("unclean.leader.election.enable", "boolean").alias("unclean"),
     )
     return storage.read("partitions").join(topics, on="topic", how="inner").drop("round_id")
 
@@ -195,15 +200,26 @@ def _contexts(spark: SparkSession, inputs: RoundInputs) -> DataFrame:
     return spark.createDataFrame(rows, "broker int, leader int, fetch_kind string, request_session_id int")
 
 
-def _read_replicas(spark: SparkSession, storage: Storage, inputs: RoundInputs,
-                   carry: Carry | None) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """(partition metadata, replica state, one row per replica with its partition's metadata and
-    leader offsets), from the carry when there is one, else from the tables."""
-    if carry is None:
-        meta = _partition_meta(storage, inputs.cluster_config).localCheckpoint()
-        state = storage.read("replica_state").drop("round_id").localCheckpoint()
-    else:
-        meta, state = carry.meta, carry.state
+def _read_meta_state(storage: Storage, inputs: RoundInputs, carry: Carry | None) -> tuple[DataFrame, DataFrame]:
+    """(partition metadata, replica state), from the carry when there is one, else from the tables."""
+    if carry is not None:
+        return carry.meta, carry.state
+    return (_partition_meta(storage, inputs.cluster_config).localCheckpoint(),
+            storage.read("replica_state").drop("round_id").localCheckpoint())
+
+
+def _serving(meta: DataFrame, inputs: RoundInputs) -> DataFrame:
+    """The metadata the round serves requests by: a leader that is down (stopped, not yet fenced)
+    appends nothing, answers no fetch and moves no HW or ISR: its partitions count as leaderless
+    for the round (NOT_LEADER_OR_FOLLOWER to producers) until the controller fences it."""
+    down = (inputs.controller or {}).get("down") or []
+    if not down:
+        return meta
+    return meta.withColumn("leader", F.when(F.col("leader").isin(*down), F.lit(NO_LEADER)).otherwise(F.col("leader")))
+
+
+def _read_replicas(spark: SparkSession, inputs: RoundInputs, meta: DataFrame, state: DataFrame) -> DataFrame:
+    """One row per replica with its partition's metadata (as served) and its leader's offsets."""
     leader_offsets = state.join(meta.select(*PARTITION_KEY, F.col("leader").alias("broker")),
                                 on=["broker", *PARTITION_KEY], how="inner").select(
         *PARTITION_KEY, F.col("log_end_offset").alias("leader_leo_before"),
@@ -215,7 +231,150 @@ def _read_replicas(spark: SparkSession, storage: Storage, inputs: RoundInputs,
         .join(F.broadcast(_contexts(spark, inputs)), on=["broker", "leader"], how="left")
         .withColumn("is_leader", F.col("broker") == F.col("leader"))
     ).localCheckpoint()
-    return meta, state, replicas
+    return replicas
+
+
+# -- the controller step (DESIGN.md "One round", step 1) -----------------------------------------
+
+def _pin(df: DataFrame) -> DataFrame:
+    """`df` computed once, as a plan without the constraints of the plan that made it (Spark 4.2's
+    localCheckpoint of a union whose sides carry filters on array columns fails rewriting them)."""
+    jdf = df._jdf
+    fresh = df.sparkSession._jsparkSession.internalCreateDataFrame(jdf.queryExecution().toRdd(), jdf.schema(), False)
+    return ClassicDataFrame(fresh, df.sparkSession).localCheckpoint()
+
+
+def _apply_changes(meta: DataFrame, changes: DataFrame) -> DataFrame:
+    return _pin(meta.join(changes.select(*PARTITION_KEY), on=PARTITION_KEY, how="left_anti")
+                .unionByName(changes.select(*meta.columns)))
+
+
+def _controller_step(inputs: RoundInputs, meta: DataFrame, state: DataFrame
+                     ) -> tuple[DataFrame, DataFrame, DataFrame | None, DataFrame | None, DataFrame | None]:
+    """Fences the brokers whose session ended and unfences the restarted ones, as Kafka's controller
+    does in two steps (handleBrokerFenced, then handleBrokerUnfenced): the first election runs
+    without the fenced and restarting brokers, the second with the restarting ones back.
+
+    Returns (meta, state, changed partitions, state rows changed, election rows). A new leader
+    starts at the partition's HW (controller.new_leader_high_watermark), its epoch starts at its LEO
+    (kept in the partition's leader_epoch_start_offset), and it resets its followers."""
+    decisions = inputs.controller or {}
+    if not (decisions.get("fence") or decisions.get("unfence")):
+        return meta, state, None, None, None
+    first = ctl.elect_leaders(meta, decisions["live_before_start"], decisions["lost_log"]).localCheckpoint()
+    middle = _apply_changes(meta, first)
+    second = ctl.elect_leaders(middle, decisions["live"]).localCheckpoint()
+    after = _apply_changes(middle, second)
+    changed_keys = _pin(first.select(*PARTITION_KEY).unionByName(second.select(*PARTITION_KEY)).distinct())
+
+    offsets = state.groupBy(*PARTITION_KEY).agg(F.max("high_watermark").alias("partition_hw"))
+    leos = state.select(*PARTITION_KEY, F.col("broker").alias("leader"), F.col("log_end_offset").alias("leader_leo"))
+    before = meta.select(*PARTITION_KEY, F.col("leader").alias("_old_leader"))
+    moved = (after.join(changed_keys, on=PARTITION_KEY, how="left_semi").join(before, on=PARTITION_KEY)
+             .join(offsets, on=PARTITION_KEY, how="left").join(leos, on=[*PARTITION_KEY, "leader"], how="left"))
+    led = moved.filter((F.col("leader") != F.col("_old_leader")) & (F.col("leader") != NO_LEADER))
+    changed = (moved.withColumn("leader_epoch_start_offset", F.when(
+        (F.col("leader") != F.col("_old_leader")) & (F.col("leader") != NO_LEADER), F.col("leader_leo"))
+        .otherwise(F.col("leader_epoch_start_offset")))
+        .select(*meta.columns)).localCheckpoint()
+
+    new_hw = ctl.new_leader_high_watermark(F.col("partition_hw"), F.col("leader_leo"))
+    part = led.select(*PARTITION_KEY, "leader", "isr", "leader_leo", "partition_hw")
+    rows = state.join(part, on=PARTITION_KEY, how="inner")
+    leaders = (rows.filter(F.col("broker") == F.col("leader"))
+               .withColumn("high_watermark", new_hw).withColumn("fetch_offset", F.col("log_end_offset")))
+    followers = ctl.reset_followers_for_new_leader(rows.filter(F.col("broker") != F.col("leader")), inputs.now_ms)
+    state_changed = _pin(leaders.unionByName(followers).select(*state.columns))
+    state = (state.join(state_changed.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti")
+             .unionByName(state_changed))
+
+    def election_rows(df: DataFrame) -> DataFrame:
+        e = (df.filter(F.col("election").isNotNull()).join(offsets, on=PARTITION_KEY, how="left")
+             .join(leos, on=[*PARTITION_KEY, "leader"], how="left"))
+        hw = F.when(F.col("leader") != NO_LEADER, new_hw)
+        return e.select(F.lit(inputs.round_id).cast("long").alias("round_id"),
+                        F.lit(inputs.now_ms).cast("long").alias("now_ms"), *PARTITION_KEY, "election",
+                        "previous_leader", "leader", "leader_epoch",
+                        F.when(F.col("leader") != NO_LEADER, F.col("leader_leo")).alias("start_offset"),
+                        hw.alias("high_watermark"),
+                        F.when(F.col("leader") != NO_LEADER, F.greatest(F.col("partition_hw") - F.col("leader_leo"),
+                                                                       F.lit(0))).otherwise(F.lit(0))
+                        .cast("long").alias("offsets_lost"), "isr")
+    elections = _pin(election_rows(first).unionByName(election_rows(second)).select(*ELECTIONS_SCHEMA.fieldNames()))
+    return _apply_changes(meta, changed), _pin(state), changed, state_changed, elections
+
+
+# -- leader-epoch checks (DESIGN.md "One round", step 3: truncation by epoch, not by HW) --------
+
+def _epoch_checks(storage: Storage, inputs: RoundInputs, replicas: DataFrame) -> tuple[DataFrame, DataFrame | None]:
+    """Followers about to fetch from a leader whose epoch they have not validated yet send the epoch
+    of their last record (lastFetchedEpoch). The leader answers a diverging one with the epoch and
+    end offset its cache has for it, and the follower truncates its log there (Kafka's
+    Partition.fetchRecords and AbstractFetcherThread.truncateOnFetchResponse); one whose
+    truncation is not complete asks again next round and fetches nothing this one.
+
+    Returns (replicas with their offsets after truncation, `epoch_checked` and `epoch_pending`,
+    the truncations: broker, topic, partition, truncate_to; None when none)."""
+    fetching = (~F.col("is_leader") & (F.col("leader") != NO_LEADER) & ~F.col("is_paused")
+                & F.coalesce(F.col("fetch_kind").isin(*_FETCH_KINDS), F.lit(False)))
+    unchecked = fetching & (F.coalesce(F.col("validated_leader_epoch"), F.lit(0)) < F.col("leader_epoch"))
+    flagged = replicas.withColumn("epoch_checked", F.lit(False)).withColumn("epoch_pending", F.lit(False))
+    if not replicas.filter(unchecked).limit(1).collect():
+        return flagged, None
+    need = replicas.filter(unchecked).select(
+        *REPLICA_KEY, "leader", "leader_epoch", "leader_epoch_start_offset", "leader_leo", "leader_lso",
+        "log_end_offset", "log_start_offset").localCheckpoint()
+    logs = reduce(DataFrame.unionByName, [storage.read_log(b).withColumn("broker", F.lit(b)) for b in inputs.brokers])
+    follower_records = (logs.join(need.select(*REPLICA_KEY, "log_start_offset", "log_end_offset"), on=REPLICA_KEY)
+                        .filter((F.col("offset") >= F.col("log_start_offset")) & (F.col("offset") < F.col("log_end_offset"))))
+    leaders = need.select(*PARTITION_KEY, F.col("leader").alias("broker"), "leader_epoch",
+                          "leader_epoch_start_offset", "leader_lso", "leader_leo").distinct()
+    leader_records = (logs.join(leaders.select(*REPLICA_KEY, "leader_lso", "leader_leo"), on=REPLICA_KEY)
+                      .filter((F.col("offset") >= F.col("leader_lso")) & (F.col("offset") < F.col("leader_leo"))))
+    current = leaders.select(*REPLICA_KEY, F.col("leader_epoch").alias("epoch"),
+                             F.col("leader_epoch_start_offset").alias("start_offset"))
+    follower_cache = ctl.epoch_cache(follower_records).localCheckpoint()
+    leader_cache = ctl.epoch_cache(leader_records, current).localCheckpoint()
+    last_epoch = follower_cache.groupBy(*REPLICA_KEY).agg(F.max("epoch").alias("last_fetched_epoch"))
+
+    asked = need.join(last_epoch, on=REPLICA_KEY, how="left").withColumn(
+        "last_fetched_epoch", F.coalesce(F.col("last_fetched_epoch"), F.lit(ctl.UNDEFINED_EPOCH)))
+    to_leader = asked.select(*PARTITION_KEY, F.col("leader").alias("broker"), F.col("broker").alias("follower"),
+                             F.col("last_fetched_epoch").alias("requested_epoch"),
+                             F.col("leader_leo").alias("log_end_offset"), F.col("leader_lso").alias("log_start_offset"))
+    answered = (ctl.end_offset_for_epoch(to_leader, leader_cache)
+                .select(*PARTITION_KEY, F.col("follower").alias("broker"), "end_epoch", "end_offset"))
+    checked = asked.join(answered, on=REPLICA_KEY, how="left").withColumn(
+        "outcome", F.when(F.col("last_fetched_epoch") == ctl.UNDEFINED_EPOCH, F.lit(None).cast("string")).otherwise(
+            ctl.diverging_epoch(F.col("last_fetched_epoch"), F.col("log_end_offset"), F.col("end_epoch"),
+                                F.col("end_offset"))))
+    own = (ctl.end_offset_for_epoch(
+        checked.filter(F.col("outcome") == "diverging").select(
+            *REPLICA_KEY, F.col("end_epoch").alias("requested_epoch"), "log_end_offset", "log_start_offset"),
+        follower_cache)
+        .select(*REPLICA_KEY, F.col("end_epoch").alias("own_epoch"), F.col("end_offset").alias("own_offset")))
+    offset, completed = ctl.truncation_offset(F.col("end_epoch"), F.col("end_offset"), F.col("own_epoch"),
+                                              F.col("own_offset"), F.col("log_end_offset"))
+    outcomes = (checked.join(own, on=REPLICA_KEY, how="left")
+                .withColumn("truncate_to", F.when(F.col("outcome") == "diverging", offset)
+                            .when(F.col("outcome") == "out_of_range", F.least("log_end_offset", "leader_leo")))
+                .withColumn("completed", F.when(F.col("outcome") == "diverging", completed).otherwise(F.lit(True)))
+                .select(*REPLICA_KEY, "truncate_to", "completed")).localCheckpoint()
+    leo = F.coalesce(F.least(F.col("truncate_to"), F.col("log_end_offset")), F.col("log_end_offset"))
+    replicas = (
+        flagged.join(outcomes, on=REPLICA_KEY, how="left")
+        .withColumn("epoch_checked", F.col("completed").isNotNull())
+        .withColumn("epoch_pending", F.coalesce(~F.col("completed"), F.lit(False)))
+        .withColumn("log_end_offset", leo)
+        .withColumn("high_watermark", F.least(F.col("high_watermark"), F.col("log_end_offset")))
+        .withColumn("fetch_offset", F.least(F.col("fetch_offset"), F.col("log_end_offset")))
+        .withColumn("validated_leader_epoch", F.when(F.coalesce(F.col("completed"), F.lit(False)), F.col("leader_epoch"))
+                    .otherwise(F.col("validated_leader_epoch")))
+        .drop("truncate_to", "completed")
+    ).localCheckpoint()
+    truncations = outcomes.join(need.select(*REPLICA_KEY, "log_end_offset"), on=REPLICA_KEY).filter(
+        F.col("truncate_to") < F.col("log_end_offset")).select("broker", *PARTITION_KEY, "truncate_to").localCheckpoint()
+    return replicas, truncations
 
 
 def _read_inbox(spark: SparkSession, storage: Storage, last_version: int) -> tuple[DataFrame, int]:
@@ -367,7 +526,8 @@ def _fetch(replicas: DataFrame, now: int, restarted: bool) -> DataFrame:
         followers = rules.reset_follower_state_on_restart(followers.filter(~F.col("is_paused")), now).unionByName(
             followers.filter(F.col("is_paused")))
     followers = rules.with_effective_fetch_state(followers)
-    fetching = ~F.col("is_paused") & F.coalesce(F.col("fetch_kind").isin(*_FETCH_KINDS), F.lit(False))
+    fetching = (~F.col("is_paused") & ~F.col("epoch_pending")
+                & F.coalesce(F.col("fetch_kind").isin(*_FETCH_KINDS), F.lit(False)))
     lso = log_start.follower_log_start_offset(F.col("log_start_offset"), F.col("leader_lso"))
     fetched = rules.update_follower_fetch_state(
         followers.filter(fetching)
@@ -406,16 +566,18 @@ def _with_isr(df: DataFrame, isr_changed: DataFrame) -> DataFrame:
             .withColumn("isr", F.coalesce(F.col("_new_isr"), F.col("isr"))).drop("_new_isr"))
 
 
-def _high_watermark(replicas: DataFrame, followers: DataFrame, isr_changed: DataFrame, now: int) -> DataFrame:
+def _high_watermark(replicas: DataFrame, followers: DataFrame, isr_changed: DataFrame, now: int,
+                    down: list[int]) -> DataFrame:
     leader = replicas.filter("is_leader").withColumn("fetch_offset", F.col("leader_leo"))
     every = leader.unionByName(followers.drop("fetched"), allowMissingColumns=True)
     hw_input = _with_isr(every, isr_changed).withColumn("high_watermark", F.col("leader_hw_before"))
-    return rules.maybe_increment_leader_hw(hw_input, now).localCheckpoint()
+    return rules.maybe_increment_leader_hw(hw_input, now, down).localCheckpoint()
 
 
 def _results(validated: DataFrame, appended: DataFrame, pending: DataFrame, partitions_now: DataFrame,
-             checks: DataFrame, round_id: int) -> DataFrame:
-    """Result rows written this round: new appends, rejections, and pending requests answered."""
+             checks: DataFrame, round_id: int, new_leaders: DataFrame | None = None) -> DataFrame:
+    """Result rows written this round: new appends, rejections, and pending requests answered
+    (those waiting on a partition that has a new leader fail: controller.fail_on_leader_change)."""
     appended_results = (
         appended.groupBy(*REQUEST_KEY, "acks").agg(
             F.min("offset").alias("base_offset"), F.max("offset").alias("last_offset"),
@@ -430,8 +592,14 @@ def _results(validated: DataFrame, appended: DataFrame, pending: DataFrame, part
         .withColumn("status", F.lit(acks_rules.STATUS_ERROR))
     )
     appended_results = appended_results.unionByName(_duplicate_results(validated, checks, appended_results))
+    failed = None
+    if new_leaders is not None:
+        failed = acks_rules.fail_on_leader_change(pending, new_leaders)
+        pending = pending.join(failed.select(*REQUEST_KEY), on=REQUEST_KEY, how="left_anti")
     waiting = pending.unionByName(appended_results.filter(F.col("status") == acks_rules.STATUS_PENDING))
     answered = acks_rules.resolve_pending_acks(waiting, partitions_now)
+    if failed is not None:
+        answered = answered.unionByName(failed.select(*answered.columns))
     # a request appended and answered in the same round is written once, answered
     return (
         appended_results.join(answered.select(*REQUEST_KEY), on=REQUEST_KEY, how="left_anti")
@@ -447,9 +615,11 @@ def _state_rows(replicas: DataFrame, hw: DataFrame, followers: DataFrame, follow
     offsets moved or that are not quiescent (their fetch times matter for the lag rule); and
     non-fetching followers of partitions that just left quiescence, whose fetch state until now
     was only implied by their broker's last fetch (so the lag is measured from it)."""
-    cols = REPLICA_STATE_SCHEMA.fieldNames()[:-1]
-    implied = followers.filter(~F.col("fetched") & (F.col("appended") > 0)
-                               & (F.col("fetch_offset") >= F.col("leader_leo_before")))
+    cols = [c for c in REPLICA_STATE_SCHEMA.fieldNames() if c != "round_id"]
+    # (and those that truncated a diverging suffix but must ask again before fetching)
+    implied = followers.filter(~F.col("fetched") & (((F.col("appended") > 0)
+                                                     & (F.col("fetch_offset") >= F.col("leader_leo_before")))
+                                                    | F.col("epoch_checked")))
     leaders = (
         replicas.filter("is_leader").join(hw.select(*PARTITION_KEY, F.col("high_watermark").alias("_hw")),
                                           on=PARTITION_KEY, how="left")
@@ -522,7 +692,7 @@ def _followers_after(fetching: DataFrame, response: DataFrame, hw: DataFrame, re
         .withColumn("is_settled", _settled("leader_leo", "_leader_hw"))
         .withColumn("moved", (F.col("_leo0") != F.col("log_end_offset")) | (F.col("_fo0") != F.col("fetch_offset"))
                     | (F.col("_hw0") != F.col("high_watermark")) | (F.col("_lso0") != F.col("log_start_offset"))
-                    | (F.col("_session0") != F.struct(*before)))
+                    | (F.col("_session0") != F.struct(*before)) | F.col("epoch_checked"))
     ).localCheckpoint()
 
 
@@ -535,7 +705,7 @@ def _settled(leader_leo: str, leader_hw: str) -> Any:
 
 
 def _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
-             results, pending_after, state_out, prefixes, producers_out, requested) -> dict[str, Any]:
+             results, pending_after, state_out, prefixes, producers_out, requested, extra) -> dict[str, Any]:
     """Every figure the round needs on the driver, in one Spark job with one aggregation over the
     union of the steps' outputs (O(1) values, not per partition). Each step contributes columns of
     its own; the others are null in its rows, and every aggregate skips nulls."""
@@ -568,6 +738,7 @@ def _summary(appended, response, followers, followers_after, isr_changed, hw, pa
         state_out.select(F.lit(1).alias("state_row")),
         prefixes.select(F.col("broker").alias("prefix_broker")),
         producers_out.select(F.lit(1).alias("producer_batch")),
+        *extra,
     ]
     union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), rows)
     zero = F.lit(0).cast("long")
@@ -594,6 +765,11 @@ def _summary(appended, response, followers, followers_after, isr_changed, hw, pa
         F.count("state_row").alias("state_rows"),
         F.collect_set("prefix_broker").alias("prefix_brokers"),
         F.count("producer_batch").alias("producer_batches"),
+        F.count("partition_change").alias("partition_changes") if "partition_change" in union.columns
+        else F.lit(0).alias("partition_changes"),
+        (F.count("election_row") if "election_row" in union.columns else F.lit(0)).alias("election_rows"),
+        (F.collect_set("truncated_broker") if "truncated_broker" in union.columns
+         else F.array().cast("array<int>")).alias("truncated_brokers"),
     )
     row = agg.first().asDict()
     return {k: (v if v is not None else 0) for k, v in row.items()}
@@ -651,14 +827,17 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
     seen = table_versions(storage)
     if carry is not None and carry.versions != seen:
         carry = None
-    meta, state, replicas = _read_replicas(spark, storage, inputs, carry)
+    meta, state = _read_meta_state(storage, inputs, carry)
+    meta, state, changed, state_changed, elections = _controller_step(inputs, meta, state)   # 1. controller
+    serving = _serving(meta, inputs)
+    replicas = _read_replicas(spark, inputs, serving, state)
     watch.lap("read replicas")
     lso_requests, admin_version = _log_start_requests(spark, storage, inputs, replicas)
     replicas = _with_leader_log_start(replicas, lso_requests)
     watch.lap("log start requests")
     inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version)
     validated = rules.validate_produce_requests(
-        inbox, meta.select(*PARTITION_KEY, "leader", "leader_epoch", "isr", "min_isr", "message_max_bytes")
+        inbox, serving.select(*PARTITION_KEY, "leader", "leader_epoch", "isr", "min_isr", "message_max_bytes")
     ).localCheckpoint()
     watch.lap("read and validate inbox")
     pending = carry.pending if carry is not None else \
@@ -668,9 +847,10 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
 
     watch.lap("producer state")
     appended, replicas = _leader_append(validated, replicas)                       # 2. leader append
+    replicas, truncations = _epoch_checks(storage, inputs, replicas)
     followers = _fetch(replicas, now, inputs.restarted)                            # 3. fetch
     isr_changed = _isr_changes(meta, followers, now)                               # 5. ISR
-    hw = _high_watermark(replicas, followers, isr_changed, now)
+    hw = _high_watermark(replicas, followers, isr_changed, now, (inputs.controller or {}).get("down") or [])
 
     fetching = followers.filter("fetched")                                         # 4. response
     requested = _session_requests(inputs, replicas, fetching)
@@ -682,29 +862,47 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
     followers_after = _followers_after(fetching, response, hw, replicas, round_id)
 
     partitions_now = _with_isr(meta, isr_changed).join(hw, on=PARTITION_KEY, how="left")   # 6. acks
-    results = _results(validated, appended, pending, partitions_now, producer_checks, round_id)
+    new_leaders = None if elections is None else elections.select(*PARTITION_KEY).distinct()
+    results = _results(validated, appended, pending, partitions_now, producer_checks, round_id, new_leaders)
     producers_out = _producer_state_rows(appended, producer_checks, round_id)
     pending_after = pending.unionByName(
         results.filter(F.col("status") == acks_rules.STATUS_PENDING).drop("round_id")
     ).join(results.filter(F.col("status") != acks_rules.STATUS_PENDING), on=REQUEST_KEY, how="left_anti")
     state_out = _state_rows(replicas, hw, followers, followers_after, round_id)
+    if state_changed is not None:  # the controller's rows, where the round did not rewrite them
+        state_out = state_out.unionByName(
+            state_changed.join(state_out.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti")
+            .withColumn("round_id", F.lit(round_id).cast("long")).select(*state_out.columns)).localCheckpoint()
+    partition_rows = isr_changed.select(*meta.columns)
+    if changed is not None:
+        partition_rows = changed.join(isr_changed.select(*PARTITION_KEY), on=PARTITION_KEY, how="left_anti") \
+            .unionByName(partition_rows)
     prefixes = state_out.join(replicas.select(*REPLICA_KEY, F.col("log_start_offset").alias("_lso0")),
                               on=REPLICA_KEY, how="inner").filter(F.col("log_start_offset") > F.col("_lso0"))
     watch.lap("plan and old records")
+    extra = [partition_rows.select(F.lit(1).alias("partition_change"))]
+    if elections is not None:
+        extra.append(elections.select(F.lit(1).alias("election_row")))
+    if truncations is not None:
+        extra.append(truncations.select(F.col("broker").alias("truncated_broker")))
     figures = _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
-                       results, pending_after, state_out, prefixes, producers_out, requested)
+                       results, pending_after, state_out, prefixes, producers_out, requested, extra)
 
     # commits: each broker's log once (its leader appends and its follower appends together), then
     # the ISR changes, the replica state (HW), results, metrics
     watch.lap("compute (summary job)")
+    for broker in sorted(figures["truncated_brokers"]):  # a diverging suffix goes before appending
+        storage.truncate_logs(broker, truncations.filter(F.col("broker") == broker).drop("broker"), round_id)
     log_rows = appended.select(*LOG_SCHEMA.fieldNames(), "broker").unionByName(response.select(
         *LOG_SCHEMA.fieldNames(), "broker"))
     _append_per_broker(storage, log_rows, set(figures["leader_brokers"]) | set(figures["follower_brokers"]),
                        round_id)
     watch.lap("commit logs")
-    if figures["isr_shrinks"] or figures["isr_expands"]:
-        storage.upsert(isr_changed.withColumn("round_id", F.lit(round_id).cast("long"))
+    if figures["partition_changes"]:
+        storage.upsert(partition_rows.withColumn("round_id", F.lit(round_id).cast("long"))
                        .select(*storage.read("partitions").columns), "partitions", PARTITION_KEY, round_id)
+    if figures["election_rows"]:
+        storage.append_table(elections, "elections", round_id)
     if figures["state_rows"]:
         storage.upsert(state_out, "replica_state", REPLICA_KEY, round_id)
     watch.lap("commit partitions and state")
@@ -729,7 +927,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds", round_id)
     watch.lap("commit rounds row")
     wrote = {"replica_state": bool(figures["state_rows"]), "topics": False, "results": bool(figures["result_rows"]),
-             "partitions": bool(figures["isr_shrinks"] or figures["isr_expands"])}
+             "partitions": bool(figures["partition_changes"])}
     carry_out = _carry_out(storage, seen, wrote, meta, state, isr_changed, state_out, pending_after, figures)
     watch.lap("carry")
     watch.stop()

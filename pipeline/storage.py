@@ -41,6 +41,7 @@ CLUSTER_TABLES = {
     "client_sessions": schemas.CLIENT_SESSIONS_SCHEMA,
     "consumer_positions": schemas.CONSUMER_POSITIONS_SCHEMA,
     "group_offsets": schemas.GROUP_OFFSETS_SCHEMA,
+    "elections": schemas.ELECTIONS_SCHEMA,
 }
 _PROPS = {
     "delta.autoOptimize.optimizeWrite": "false",
@@ -122,8 +123,26 @@ class Storage:
         if not self._is_table(self.path(table)):
             self._create(self.path(table), CLUSTER_TABLES[table], _PROPS)
 
+    def ensure_columns(self, table: str) -> None:
+        """Adds the columns of the table's schema that a root made by an older release lacks
+        (nullable, at the end: every reader selects by name)."""
+        have = set(self.read(table).columns)
+        missing = [f for f in CLUSTER_TABLES[table].fields if f.name not in have]
+        if missing:
+            cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+            self.spark.sql(f"ALTER TABLE delta.`{self.path(table)}` ADD COLUMNS ({cols})")
+
     def overwrite_table(self, df: DataFrame, table: str) -> None:
         df.write.format("delta").mode("overwrite").save(self.path(table))
+
+    def remove_log(self, broker: int) -> None:
+        """Deletes what is left of a broker's log directory (a lost or corrupted disk)."""
+        path = self.log_path(broker)
+        if not self.path_exists(path):
+            return
+        jvm = self.spark._jvm
+        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+        hadoop_path.getFileSystem(self.spark._jsc.hadoopConfiguration()).delete(hadoop_path, True)
 
     def create_log(self, broker: int) -> None:
         self._create(self.log_path(broker), schemas.LOG_SCHEMA, _PROPS)
@@ -187,6 +206,14 @@ class Storage:
         with self._tagged(round_id):
             (target.alias("t").merge(df.alias("s"), condition)
              .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+
+    def truncate_logs(self, broker: int, ends_df: DataFrame, round_id: int) -> None:
+        """Removes a broker's records at and above each partition's truncation offset (ends_df:
+        topic, partition, truncate_to), in one commit: a follower's diverging suffix."""
+        target = DeltaTable.forPath(self.spark, self.log_path(broker))
+        condition = "t.topic = s.topic AND t.partition = s.partition AND t.offset >= s.truncate_to"
+        with self._tagged(round_id, "-truncate"):
+            target.alias("t").merge(ends_df.alias("s"), condition).whenMatchedDelete().execute()
 
     def delete_log_prefixes(self, broker: int, starts_df: DataFrame, round_id: int) -> None:
         """Physically removes a broker's records below each partition's new log start offset

@@ -7,7 +7,7 @@ from pyspark.sql import SparkSession
 from pipeline.storage import Storage
 
 __all__ = ["partitions_sql", "replicas_sql", "results_sql", "logs_sql", "committed_sql", "metrics_sql",
-           "lagging_replicas_sql", "fetch_sessions_sql", "consumer_lag_sql", "register_views", "DATABASE", "RATE_WINDOW_MS"]
+           "lagging_replicas_sql", "fetch_sessions_sql", "consumer_lag_sql", "brokers_sql", "register_views", "DATABASE", "RATE_WINDOW_MS"]
 
 DATABASE = "replog"
 # Kafka's *PerSec meters report a one-minute rate; here: events per second over the trailing minute
@@ -132,10 +132,21 @@ WHERE NOT r.is_leader
 ORDER BY lag_records DESC, lag_ms DESC, r.topic, r.partition, r.broker"""
 
 
+def brokers_sql(storage: Storage) -> str:
+    """Each broker's process state; a running broker heartbeats at every round."""
+    return f"""
+SELECT b.broker, coalesce(b.state, 'running') AS state,
+       CASE WHEN coalesce(b.state, 'running') = 'running' THEN greatest(b.last_heartbeat_ms, r.now_ms)
+            ELSE b.last_heartbeat_ms END AS last_heartbeat_ms,
+       b.fetcher_paused, coalesce(b.log_lost, false) AS log_lost
+FROM {_t(storage, 'brokers')} b
+CROSS JOIN (SELECT max(now_ms) AS now_ms FROM {_t(storage, 'rounds')}) r"""
+
+
 def register_views(spark: SparkSession, storage: Storage, brokers: list[int], min_isr_default: int) -> None:
     """`replog.partitions`, `replog.replicas`, `replog.rounds`, `replog.produce_results`,
     `replog.committed`, `replog.metrics`, `replog.lagging_replicas`, `replog.fetch_sessions`,
-    `replog.consumer_lag` in the session catalog,
+    `replog.consumer_lag`, `replog.brokers`, `replog.elections` in the session catalog,
     pointing at this cluster's tables."""
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
     views = {
@@ -148,6 +159,8 @@ def register_views(spark: SparkSession, storage: Storage, brokers: list[int], mi
         "lagging_replicas": lagging_replicas_sql(storage),
         "fetch_sessions": fetch_sessions_sql(storage),
         "consumer_lag": consumer_lag_sql(storage),
+        "brokers": brokers_sql(storage),
+        "elections": f"SELECT * FROM {_t(storage, 'elections')}",
     }
     for name, sql in views.items():
         spark.sql(f"CREATE OR REPLACE VIEW {DATABASE}.{name} AS {sql}")

@@ -36,6 +36,13 @@ def test_hw_waits_for_caught_up_replica_eligible_to_join(spark):
     assert result.first()["high_watermark"] == 6
 
 
+def test_hw_does_not_wait_for_a_caught_up_replica_on_a_broker_that_is_down(spark):
+    # as above, but broker 2 is stopped or fenced: it may not join the ISR, so the HW does not wait
+    rows = hw_rows(0, 10, {1: 10, 2: 6}, [0, 1], caught_up_ms=950)
+    result = maybe_increment_leader_hw(spark.createDataFrame(rows, HW_COLS), now_ms=1000, ineligible_brokers=[2])
+    assert result.first()["high_watermark"] == 10
+
+
 def test_hw_frozen_only_below_min_of_min_isr_and_replication_factor(spark):
     # min ISR 3 with 3 replicas all in ISR: advances
     rows = hw_rows(0, 10, {1: 10, 2: 10}, [0, 1, 2], min_isr=3)
