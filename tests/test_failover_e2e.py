@@ -1,0 +1,141 @@
+"""Failover end to end on real Delta tables: a leader crashes, the controller fences it after
+broker.session.timeout.ms and elects the next ISR member; the old leader restarts, truncates its
+uncommitted suffix by leader epoch (not by HW) and rejoins. Then the last ISR member crashes: its
+partition goes offline, unless the topic allows an unclean election, which is recorded with the
+offsets it lost. Clocks start at a real epoch time: Kafka's "never caught up" is time 0."""
+
+from pyspark.sql import functions as F
+
+from pipeline import Cluster, ManualClock
+
+EPOCH_MS = 1_700_000_000_000
+
+
+def _round(cluster, clock, ms=500):
+    clock.advance(ms)
+    return cluster.run_round()
+
+
+def _partition(cluster, topic):
+    return cluster.describe(topic).filter(F.col("partition") == 0).first()
+
+
+def _log(cluster, topic, broker):
+    return [(r["offset"], r["leader_epoch"], r["value"].decode()) for r in
+            cluster.read(topic, partition=0, replica=broker, isolation="read_uncommitted").orderBy("offset").collect()]
+
+
+def _result(cluster, request_id):
+    return cluster.produce_results().filter(F.col("request_id") == request_id).first()
+
+
+def test_leader_crash_clean_election_and_the_old_leader_truncates_by_epoch_on_restart(spark, tmp_path):
+    clock = ManualClock(start_ms=EPOCH_MS)
+    cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=3, config={"min.insync.replicas": 2}, clock=clock)
+    cluster.create_topic("t", partitions=1, replication_factor=3)
+    committed = cluster.produce("t", [{"value": f"c{i}"} for i in range(3)], acks="all")
+    _round(cluster, clock), _round(cluster, clock)
+    assert _result(cluster, committed)["status"] == "acked"
+    assert _partition(cluster, "t")["leader"] == 0
+
+    # the followers stall; the leader takes two acks=1 records only it will ever have, then crashes
+    cluster.pause_fetcher(1), cluster.pause_fetcher(2)
+    leader_only = cluster.produce("t", [{"value": f"a{i}"} for i in range(2)], acks=1)
+    _round(cluster, clock)
+    cluster.stop_broker(0)
+    cluster.resume_fetcher(1), cluster.resume_fetcher(2)
+    last_heartbeat = clock.now_ms()
+
+    # not fenced yet: still the leader in the metadata, but it answers nothing
+    refused = cluster.produce("t", [{"value": "x"}], acks="all")
+    _round(cluster, clock)
+    p = _partition(cluster, "t")
+    assert (p["leader"], p["leader_epoch"], p["isr"]) == (0, 0, [0, 1, 2])
+    assert _result(cluster, refused)["error_code"] == "NOT_LEADER_OR_FOLLOWER"
+    assert cluster.broker_states().filter("broker = 0").first()["state"] == "stopped"
+
+    # the session ends 9000 ms after the last heartbeat: fenced, and broker 1 leads epoch 1 from its LEO 3
+    clock.advance(last_heartbeat + 9000 - clock.now_ms())
+    _round(cluster, clock, ms=0)
+    assert _partition(cluster, "t")["leader"] == 0  # 9000 ms is still a valid session
+    _round(cluster, clock, ms=1)
+    p = _partition(cluster, "t")
+    assert (p["leader"], p["leader_epoch"], p["partition_epoch"], p["isr"], p["high_watermark"]) == (1, 1, 1, [1, 2], 3)
+    election = cluster.elections().first()
+    assert (election["election"], election["previous_leader"], election["leader"], election["leader_epoch"],
+            election["start_offset"], election["high_watermark"], election["offsets_lost"]) == ("clean", 0, 1, 1, 3, 3, 0)
+    assert cluster.broker_states().filter("broker = 0").first()["state"] == "fenced"
+    assert spark.sql("SELECT count(*) AS n FROM replog.elections WHERE leader = 1").first()["n"] == 1
+
+    # min ISR 2 holds with [1, 2]: the new leader takes and commits acks=all records in epoch 1
+    after = cluster.produce("t", [{"value": f"n{i}"} for i in range(2)], acks="all")
+    _round(cluster, clock), _round(cluster, clock)
+    assert (_result(cluster, after)["status"], _result(cluster, after)["base_offset"]) == ("acked", 3)
+
+    # the old leader restarts: its epoch-0 records at 3 and 4 diverge from the leader's epoch 1 at 3,
+    # so it truncates to 3 (its HW checkpoint would have said the same here; the KIP-101 cases are
+    # where it would not) and fetches; it rejoins the ISR once at the HW
+    cluster.start_broker(0)
+    for _ in range(3):
+        _round(cluster, clock)
+    p = _partition(cluster, "t")
+    assert (p["leader"], p["leader_epoch"], p["isr"], p["high_watermark"]) == (1, 1, [0, 1, 2], 5)
+    expected = [(0, 0, "c0"), (1, 0, "c1"), (2, 0, "c2"), (3, 1, "n0"), (4, 1, "n1")]
+    assert [_log(cluster, "t", b) for b in range(3)] == [expected] * 3
+    # acks=1 is the leader's word alone: those two records died with it, as in Kafka
+    assert _result(cluster, leader_only)["status"] == "acked"
+    assert cluster.broker_states().filter("broker = 0").first()["state"] == "running"
+
+
+def test_last_isr_member_crash_offline_unless_unclean_election_is_enabled(spark, tmp_path):
+    clock = ManualClock(start_ms=EPOCH_MS)
+    cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=2, config={"replica.lag.time.max.ms": 1000},
+                             clock=clock)
+    cluster.create_topic("safe", partitions=1, replication_factor=2)
+    cluster.create_topic("pad", partitions=1, replication_factor=1)  # so that "risky" is led by broker 0 too
+    cluster.create_topic("risky", partitions=1, replication_factor=2,
+                         config={"unclean.leader.election.enable": "true"})
+    assert [_partition(cluster, t)["leader"] for t in ("safe", "risky")] == [0, 0]
+    for topic in ("safe", "risky"):
+        cluster.produce(topic, [{"value": f"r{i}"} for i in range(2)], acks="all")
+    _round(cluster, clock), _round(cluster, clock)
+
+    # broker 1 stops fetching and leaves both ISRs; the leader alone commits three more records
+    cluster.pause_fetcher(1)
+    _round(cluster, clock, ms=1500)
+    for topic in ("safe", "risky"):
+        cluster.produce(topic, [{"value": f"s{i}"} for i in range(3)], acks=1)
+    _round(cluster, clock)
+    assert [(_partition(cluster, t)["isr"], _partition(cluster, t)["high_watermark"]) for t in ("safe", "risky")] \
+        == [([0], 5), ([0], 5)]
+
+    # the leader crashes and is fenced; broker 1 is alive and fetching again, but out of sync
+    cluster.stop_broker(0)
+    cluster.resume_fetcher(1)
+    report = _round(cluster, clock, ms=9500)
+    safe, risky = _partition(cluster, "safe"), _partition(cluster, "risky")
+    # no live ISR member: offline, the ISR keeps its last member (no committed record is elsewhere)
+    assert (safe["leader"], safe["leader_epoch"], safe["isr"]) == (-1, 1, [0])
+    # unclean: broker 1 leads from its LEO 2, and the 3 committed offsets it lacks are lost, on record
+    assert (risky["leader"], risky["leader_epoch"], risky["isr"], risky["high_watermark"]) == (1, 1, [1], 2)
+    rows = {r["topic"]: r for r in cluster.elections().collect()}
+    assert (rows["safe"]["election"], rows["safe"]["leader"], rows["safe"]["offsets_lost"]) == ("offline", -1, 0)
+    assert (rows["risky"]["election"], rows["risky"]["leader"], rows["risky"]["start_offset"],
+            rows["risky"]["offsets_lost"]) == ("unclean", 1, 2, 3)
+    assert report.offline_partitions == 1
+    assert cluster.metrics().filter("name = 'OfflinePartitionsCount'").first()["value"] == 1
+    refused = cluster.produce("safe", [{"value": "x"}], acks=1)
+    _round(cluster, clock)
+    assert _result(cluster, refused)["error_code"] == "NOT_LEADER_OR_FOLLOWER"
+
+    # broker 0 returns: "safe" is led by it again (epoch 2: fenced, then unfenced); on "risky" it
+    # follows broker 1 and truncates its epoch-0 suffix at 2, where broker 1's epoch 1 starts
+    cluster.start_broker(0)
+    _round(cluster, clock), _round(cluster, clock)
+    safe, risky = _partition(cluster, "safe"), _partition(cluster, "risky")
+    assert (safe["leader"], safe["leader_epoch"], safe["high_watermark"]) == (0, 2, 5)
+    assert (risky["leader"], risky["leader_epoch"]) == (1, 1)
+    assert [v for _, _, v in _log(cluster, "safe", 0)] == ["r0", "r1", "s0", "s1", "s2"]
+    assert _log(cluster, "risky", 0) == [(0, 0, "r0"), (1, 0, "r1")]
+    assert _log(cluster, "risky", 1) == [(0, 0, "r0"), (1, 0, "r1")]
+    assert cluster.describe().filter("leader = -1").count() == 0
