@@ -173,9 +173,9 @@ def cmd_brokers(args: argparse.Namespace) -> None:
     leaders = {r["leader"]: r["n"] for r in cluster.describe().groupBy("leader").count()
                .withColumnRenamed("count", "n").collect()}
     print("Broker\tState\tFetcher\tLeaders")
-    for r in cluster.storage.read("brokers").orderBy("broker").collect():  # O(brokers)
+    for r in cluster.broker_states().orderBy("broker").collect():  # O(brokers)
         fetcher = "paused" if r["fetcher_paused"] else "running"
-        print(f"{r['broker']}\talive\t{fetcher}\t{leaders.get(r['broker'], 0)}")
+        print(f"{r['broker']}\t{r['state']}\t{fetcher}\t{leaders.get(r['broker'], 0)}")
 
 
 def cmd_sessions(args: argparse.Namespace) -> None:

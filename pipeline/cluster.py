@@ -218,15 +218,14 @@ class Cluster:
     def _after_controller(self, decisions: dict[str, Any]) -> None:
         """The brokers' new states once the round that fenced or unfenced them has committed."""
         rows = {r["broker"]: r.asDict() for r in self._broker_rows()}
-        changed = []
-        for b in decisions["fence"]:
-            changed.append({**rows[b], "state": controller.FENCED})
-        for b in decisions["unfence"]:
-            changed.append({**rows[b], "state": controller.RUNNING, "log_lost": False})
-        if changed:
-            self.storage.upsert(self.spark.createDataFrame(
-                [tuple(r[f] for f in BROKERS_SCHEMA.fieldNames()) for r in changed], BROKERS_SCHEMA),
-                "brokers", ["broker"])
+        # compare-and-set: a broker stopped or started by another process meanwhile keeps that state
+        for brokers, before, after in ((decisions["fence"], controller.STOPPED, {"state": controller.FENCED}),
+                                       (decisions["unfence"], controller.STARTING,
+                                        {"state": controller.RUNNING, "log_lost": False})):
+            if brokers:
+                self.storage.update_if(self.spark.createDataFrame(
+                    [tuple({**rows[b], **after}[f] for f in BROKERS_SCHEMA.fieldNames()) for b in brokers],
+                    BROKERS_SCHEMA), "brokers", ["broker"], only_if=f"t.state = '{before}'")
 
     @property
     def _round_id(self) -> int:
@@ -606,3 +605,27 @@ class Cluster:
         (clean | unclean | offline), previous_leader, leader, leader_epoch, start_offset,
         high_watermark, offsets_lost, isr."""
         return self.storage.read("elections")
+
+    def elect_preferred_leaders(self, topic: str | None = None, partition: int | None = None) -> None:
+        """Kafka's preferred leader election (kafka-leader-election --election-type PREFERRED): at
+        the next round, each named partition (every partition of `topic`, or of every topic) whose
+        first replica is live, in the ISR and not leading gets it back as leader, so leadership
+        returns to the balanced assignment after failures. Elections are rows of `elections()`."""
+        if topic is None:
+            if partition is not None:
+                raise ValueError("give a topic with a partition")
+            topics = [r["topic"] for r in self.storage.read("topics").select("topic").collect()]
+        else:
+            meta = self._topic(topic) if isinstance(topic, str) else None
+            if meta is None:
+                raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
+            if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int)
+                                          or not 0 <= partition < meta["partitions"]):
+                raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                  f"topic '{topic}' has no partition {partition!r}")
+            topics = [topic]
+        now = self.clock.now_ms()
+        rows = [(str(uuid.uuid4()), "elect_preferred", t, -1 if partition is None else partition, -1, now)
+                for t in topics]
+        if rows:
+            self.storage.append_table(self.spark.createDataFrame(rows, ADMIN_SCHEMA), "admin")

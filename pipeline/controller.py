@@ -17,7 +17,7 @@ from pipeline.schemas import NO_LEADER, PARTITION_KEY
 
 __all__ = [
     "RUNNING", "STOPPED", "FENCED", "STARTING", "UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET",
-    "expired_broker_sessions", "elect_leaders", "reset_followers_for_new_leader", "new_leader_high_watermark",
+    "expired_broker_sessions", "elect_leaders", "elect_preferred_leaders", "reset_followers_for_new_leader", "new_leader_high_watermark",
     "epoch_cache", "end_offset_for_epoch", "diverging_epoch", "truncation_offset",
 ]
 
@@ -97,6 +97,23 @@ def elect_leaders(partitions_df: DataFrame, live_brokers: list[int], removed_bro
         .withColumn("isr", F.col("_isr"))
         .drop("_target_isr", "_leader", "_election", "_isr")
     )
+
+
+def elect_preferred_leaders(partitions_df: DataFrame, live_brokers: list[int]) -> DataFrame:
+    """Kafka's preferred leader election (PartitionChangeBuilder.electPreferredLeader, as
+    kafka-leader-election --election-type PREFERRED asks for it): the first replica leads when it
+    is live and in the ISR and does not lead already; otherwise nothing changes. Leader epoch and
+    partition epoch + 1. partitions_df: as elect_leaders. Returns the changed partitions, with
+    `previous_leader` and `election` = 'preferred'."""
+    preferred = F.col("replicas")[0]
+    moves = (preferred != F.col("leader")) & F.array_contains(F.col("isr"), preferred) \
+        & F.array_contains(_ints(live_brokers), preferred)
+    return (partitions_df.filter(moves)
+            .withColumn("previous_leader", F.col("leader"))
+            .withColumn("election", F.lit("preferred"))
+            .withColumn("leader", preferred)
+            .withColumn("leader_epoch", F.col("leader_epoch") + 1)
+            .withColumn("partition_epoch", F.col("partition_epoch") + 1))
 
 
 def new_leader_high_watermark(partition_hw: Column, leader_leo: Column) -> Column:

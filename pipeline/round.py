@@ -249,7 +249,18 @@ def _apply_changes(meta: DataFrame, changes: DataFrame) -> DataFrame:
                 .unionByName(changes.select(*meta.columns)))
 
 
-def _controller_step(inputs: RoundInputs, meta: DataFrame, state: DataFrame
+def _preferred_election_requests(storage: Storage, inputs: RoundInputs) -> DataFrame | None:
+    """Partitions named by new elect_preferred requests (partition -1: every partition of the
+    topic): topic, partition; None when there are none."""
+    version = storage.version("admin")
+    if version <= inputs.last_admin_version:
+        return None
+    asked = (storage.read_changes("admin", inputs.last_admin_version, version)
+             .filter(F.col("kind") == "elect_preferred").select("topic", "partition").localCheckpoint())
+    return asked if asked.limit(1).collect() else None
+
+
+def _controller_step(storage: Storage, inputs: RoundInputs, meta: DataFrame, state: DataFrame
                      ) -> tuple[DataFrame, DataFrame, DataFrame | None, DataFrame | None, DataFrame | None]:
     """Fences the brokers whose session ended and unfences the restarted ones, as Kafka's controller
     does in two steps (handleBrokerFenced, then handleBrokerUnfenced): the first election runs
@@ -259,13 +270,27 @@ def _controller_step(inputs: RoundInputs, meta: DataFrame, state: DataFrame
     starts at the partition's HW (controller.new_leader_high_watermark), its epoch starts at its LEO
     (kept in the partition's leader_epoch_start_offset), and it resets its followers."""
     decisions = inputs.controller or {}
-    if not (decisions.get("fence") or decisions.get("unfence")):
+    preferred = _preferred_election_requests(storage, inputs)
+    if not (decisions.get("fence") or decisions.get("unfence")) and preferred is None:
         return meta, state, None, None, None
-    first = ctl.elect_leaders(meta, decisions["live_before_start"], decisions["lost_log"]).localCheckpoint()
-    middle = _apply_changes(meta, first)
-    second = ctl.elect_leaders(middle, decisions["live"]).localCheckpoint()
-    after = _apply_changes(middle, second)
-    changed_keys = _pin(first.select(*PARTITION_KEY).unionByName(second.select(*PARTITION_KEY)).distinct())
+    steps = []
+    if decisions.get("fence") or decisions.get("unfence"):
+        first = ctl.elect_leaders(meta, decisions["live_before_start"], decisions["lost_log"]).localCheckpoint()
+        middle = _apply_changes(meta, first)
+        second = ctl.elect_leaders(middle, decisions["live"]).localCheckpoint()
+        after = _apply_changes(middle, second)
+        steps += [first, second]
+    else:
+        after = meta
+    if preferred is not None:  # kafka-leader-election --election-type PREFERRED
+        named = (after.join(preferred.filter(F.col("partition") >= 0), on=PARTITION_KEY, how="left_semi")
+                 .unionByName(after.join(preferred.filter(F.col("partition") < 0).select("topic"), on="topic",
+                                         how="left_semi")))
+        third = ctl.elect_preferred_leaders(named.dropDuplicates(PARTITION_KEY),
+                                            decisions.get("live", inputs.brokers)).localCheckpoint()
+        after = _apply_changes(after, third)
+        steps.append(third)
+    changed_keys = _pin(reduce(DataFrame.unionByName, [s.select(*PARTITION_KEY) for s in steps]).distinct())
 
     offsets = state.groupBy(*PARTITION_KEY).agg(F.max("high_watermark").alias("partition_hw"))
     leos = state.select(*PARTITION_KEY, F.col("broker").alias("leader"), F.col("log_end_offset").alias("leader_leo"))
@@ -300,7 +325,7 @@ def _controller_step(inputs: RoundInputs, meta: DataFrame, state: DataFrame
                         F.when(F.col("leader") != NO_LEADER, F.greatest(F.col("partition_hw") - F.col("leader_leo"),
                                                                        F.lit(0))).otherwise(F.lit(0))
                         .cast("long").alias("offsets_lost"), "isr")
-    elections = _pin(election_rows(first).unionByName(election_rows(second)).select(*ELECTIONS_SCHEMA.fieldNames()))
+    elections = _pin(reduce(DataFrame.unionByName, [election_rows(s) for s in steps]).select(*ELECTIONS_SCHEMA.fieldNames()))
     return _apply_changes(meta, changed), _pin(state), changed, state_changed, elections
 
 
@@ -828,7 +853,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
     if carry is not None and carry.versions != seen:
         carry = None
     meta, state = _read_meta_state(storage, inputs, carry)
-    meta, state, changed, state_changed, elections = _controller_step(inputs, meta, state)   # 1. controller
+    meta, state, changed, state_changed, elections = _controller_step(storage, inputs, meta, state)  # 1. controller
     serving = _serving(meta, inputs)
     replicas = _read_replicas(spark, inputs, serving, state)
     watch.lap("read replicas")

@@ -207,6 +207,13 @@ class Storage:
             (target.alias("t").merge(df.alias("s"), condition)
              .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
 
+    def update_if(self, df: DataFrame, table: str, keys: list[str], only_if: str) -> None:
+        """MERGE rows by key, updating a matched row only when `only_if` (SQL on t = the table's
+        row) holds: a compare-and-set against a concurrent writer."""
+        condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+        (DeltaTable.forPath(self.spark, self.path(table)).alias("t").merge(df.alias("s"), condition)
+         .whenMatchedUpdateAll(condition=only_if).execute())
+
     def truncate_logs(self, broker: int, ends_df: DataFrame, round_id: int) -> None:
         """Removes a broker's records at and above each partition's truncation offset (ends_df:
         topic, partition, truncate_to), in one commit: a follower's diverging suffix."""

@@ -59,8 +59,8 @@ def test_an_operator_session(tmp_path):
 
     assert replog("topics", "--list", root=root).stdout == "orders\n"
     brokers = replog("brokers", root=root).stdout.splitlines()
-    assert brokers == ["Broker\tState\tFetcher\tLeaders", "0\talive\trunning\t1", "1\talive\trunning\t1",
-                       "2\talive\trunning\t0"]
+    assert brokers == ["Broker\tState\tFetcher\tLeaders", "0\trunning\trunning\t1", "1\trunning\trunning\t1",
+                       "2\trunning\trunning\t0"]
 
     # each leader caches one privileged session per follower; the epoch it expects next is >= 2
     sessions = [line.split("\t") for line in replog("sessions", root=root).stdout.splitlines()]

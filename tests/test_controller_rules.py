@@ -5,7 +5,7 @@ followers, and Kafka's leader-epoch lookup table (PartitionTest.testLastFetchedO
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from pipeline.controller import (diverging_epoch, elect_leaders, end_offset_for_epoch, epoch_cache,
+from pipeline.controller import (diverging_epoch, elect_leaders, elect_preferred_leaders, end_offset_for_epoch, epoch_cache,
                                  expired_broker_sessions, new_leader_high_watermark,
                                  reset_followers_for_new_leader, truncation_offset)
 
@@ -62,6 +62,18 @@ def test_a_broker_that_lost_its_log_leaves_the_isr_even_as_its_last_member(spark
     ], ELECTED_COLS)
     assert_df_equality(elect_leaders(partitions, live_brokers=[2, 3], removed_brokers=[3]), expected,
                        ignore_row_order=True, ignore_nullable=True)
+
+
+def test_preferred_leader_election_moves_leadership_back_to_the_first_replica_when_it_can(spark):
+    partitions = spark.createDataFrame([
+        ("t", 0, 2, 3, 5, [1, 2, 3], [1, 2, 3], False),  # broker 1 is back in the ISR: it leads again
+        ("t", 1, 2, 1, 1, [1, 2], [2], False),           # not in the ISR: stays
+        ("t", 2, 1, 0, 0, [1, 2], [1, 2], False),        # leads already
+        ("t", 3, 3, 0, 0, [0, 3], [0, 3], False),        # broker 0 is not live
+    ], PARTITION_COLS)
+    assert_df_equality(elect_preferred_leaders(partitions, live_brokers=[1, 2, 3]),
+                       spark.createDataFrame([("t", 0, 1, 4, 6, [1, 2, 3], [1, 2, 3], False, 2, "preferred")],
+                                             ELECTED_COLS), ignore_nullable=True)
 
 
 def test_a_new_leader_resets_its_followers_and_starts_from_the_partition_hw(spark):

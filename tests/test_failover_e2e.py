@@ -4,6 +4,8 @@ uncommitted suffix by leader epoch (not by HW) and rejoins. Then the last ISR me
 partition goes offline, unless the topic allows an unclean election, which is recorded with the
 offsets it lost. Clocks start at a real epoch time: Kafka's "never caught up" is time 0."""
 
+import shutil
+
 from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
@@ -29,7 +31,7 @@ def _result(cluster, request_id):
     return cluster.produce_results().filter(F.col("request_id") == request_id).first()
 
 
-def test_leader_crash_clean_election_and_the_old_leader_truncates_by_epoch_on_restart(spark, tmp_path):
+def test_leader_crash_clean_election_restart_with_truncation_by_epoch_then_a_lost_disk(spark, tmp_path):
     clock = ManualClock(start_ms=EPOCH_MS)
     cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=3, config={"min.insync.replicas": 2}, clock=clock)
     cluster.create_topic("t", partitions=1, replication_factor=3)
@@ -85,6 +87,40 @@ def test_leader_crash_clean_election_and_the_old_leader_truncates_by_epoch_on_re
     # acks=1 is the leader's word alone: those two records died with it, as in Kafka
     assert _result(cluster, leader_only)["status"] == "acked"
     assert cluster.broker_states().filter("broker = 0").first()["state"] == "running"
+
+    # broker 2 crashes and its log directory is lost; acks=all goes on with [0, 1] once it is fenced
+    cluster.stop_broker(2)
+    shutil.rmtree(cluster.storage.log_path(2))
+    _round(cluster, clock, ms=9500)
+    assert _partition(cluster, "t")["isr"] == [0, 1]
+    more = cluster.produce("t", [{"value": f"m{i}"} for i in range(2)], acks="all")
+    _round(cluster, clock), _round(cluster, clock)
+    assert (_result(cluster, more)["status"], _result(cluster, more)["base_offset"]) == ("acked", 5)
+
+    # it restarts empty, out of the ISR, refetches everything from the log start and rejoins
+    cluster.start_broker(2)
+    assert cluster.broker_states().filter("broker = 2").first()["log_lost"]
+    _round(cluster, clock)
+    assert _partition(cluster, "t")["isr"] == [0, 1]
+    _round(cluster, clock)
+    p = _partition(cluster, "t")
+    assert (p["leader"], p["isr"], p["high_watermark"]) == (1, [0, 1, 2], 7)
+    expected += [(5, 1, "m0"), (6, 1, "m1")]
+    assert [_log(cluster, "t", b) for b in range(3)] == [expected] * 3
+    assert not cluster.broker_states().filter("broker = 2").first()["log_lost"]
+
+    # preferred leader election: broker 0, the first replica, in the ISR again, leads epoch 2
+    cluster.elect_preferred_leaders("t")
+    final = cluster.produce("t", [{"value": "f0"}], acks="all")
+    _round(cluster, clock)
+    p = _partition(cluster, "t")
+    assert (p["leader"], p["leader_epoch"], p["isr"], p["high_watermark"]) == (0, 2, [0, 1, 2], 7)
+    assert [(r["election"], r["previous_leader"], r["leader"], r["start_offset"]) for r in
+            cluster.elections().filter("election = 'preferred'").collect()] == [("preferred", 1, 0, 7)]
+    _round(cluster, clock), _round(cluster, clock)
+    assert (_result(cluster, final)["status"], _result(cluster, final)["base_offset"]) == ("acked", 7)
+    expected.append((7, 2, "f0"))
+    assert [_log(cluster, "t", b) for b in range(3)] == [expected] * 3
 
 
 def test_last_isr_member_crash_offline_unless_unclean_election_is_enabled(spark, tmp_path):

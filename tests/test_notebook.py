@@ -28,4 +28,7 @@ def test_the_walkthrough_runs_without_errors(tmp_path, monkeypatch):
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     # broker 2 leaves the ISRs of the two partitions it follows, then rejoins both
     assert "ISR -0/+0" in text and "ISR -2/+0" in text and "ISR -0/+2" in text
+    # broker 0 crashes: fenced after the session timeout, partition 0 led by broker 1 in epoch 1
+    assert "partition 0: leader 0 -> 1, epoch 0 -> 1" in text and "committed records: 420" in text
+    assert "NOT_LEADER_OR_FOLLOWER" in "".join(o.get("text", "") for o in outputs)
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the plots were drawn
