@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import socket
 import re
 import uuid
 from dataclasses import replace
@@ -24,7 +26,7 @@ from pipeline.errors import ErrorCode, ReplogError
 from pipeline.produce import parse_acks, record_rows, records_frame
 from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round
 from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLUSTER_SCHEMA, GROUP_OFFSETS_SCHEMA, INBOX_SCHEMA,
-                              PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
+                              LEASE_SCHEMA, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
 from pipeline.storage import Storage
 
 __all__ = ["Cluster"]
@@ -66,8 +68,12 @@ class Cluster:
         self._consumer_requests: dict[str, list[sessions.Context]] = {}
         self._carry: Carry | None = None  # the last round's state, pinned (see round.Carry)
         self._restarted = False  # set by open(): the next round is this process's first
+        # the one-writer lease: who this object is, and its (job epoch, lease table version) once held
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._lease: tuple[int, int] | None = None
         storage.ensure("group_offsets")  # a root made before consumer groups existed
         storage.ensure("elections")  # ... before the controller
+        storage.ensure("lease")  # ... before the one-writer lease
         storage.ensure_columns("brokers")
         storage.ensure_columns("replica_state")
         views.register_views(spark, storage, brokers, config["min.insync.replicas"])
@@ -282,6 +288,7 @@ class Cluster:
         metadata or broker change since the last round, every fetch an incremental one of a
         session) only writes its metrics row, with the sessions' new epochs. With
         `replication.fetch.mode=full` every round fetches every partition."""
+        self._hold_lease()
         paused, throttles = self._broker_states()
         last = self._last_report
         now = self.clock.now_ms()
@@ -311,6 +318,42 @@ class Cluster:
             self._after_controller(decisions)
         self._last_report, self._seen, self._restarted = report, seen, False
         return report
+
+    def _lease_row(self):
+        return self.storage.read("lease").filter(F.col("lease") == "replication").first()
+
+    def _hold_lease(self) -> None:
+        """One writer: the first round of this object takes the replication lease with the next job
+        epoch (a compare-and-set MERGE: of two processes taking it at once, Delta's conflict check
+        fails one); every later round checks, from the lease table's version (no Spark job), that
+        no newer process took it over, and a fenced one raises FENCED_INSTANCE_ID, naming the
+        holder, before it writes anything. A newer process always takes over (a restarted job
+        must not wait for a dead one); the old one stops at its next round."""
+        if self._lease is not None:
+            if self.storage.version("lease") == self._lease[1]:
+                return
+            row = self._lease_row()
+            if row is not None and row["job_epoch"] != self._lease[0]:
+                raise ReplogError(ErrorCode.FENCED_INSTANCE_ID,
+                                  f"replication on {self.storage.root} was taken over by {row['holder']} "
+                                  f"(job epoch {row['job_epoch']}; this process held {self._lease[0]}): "
+                                  "this process runs no more rounds")
+            self._lease = (self._lease[0], self.storage.version("lease"))
+            return
+        current = self._lease_row()
+        epoch = (current["job_epoch"] if current is not None else 0) + 1
+        claim = self.spark.createDataFrame([("replication", self.holder, epoch, self.clock.now_ms())], LEASE_SCHEMA)
+        try:
+            self.storage.update_if(claim, "lease", ["lease"], only_if=f"t.job_epoch = {epoch - 1}", insert=True)
+        except Exception as e:  # a concurrent claim committed first (Delta's concurrent-modification check)
+            if "Concurrent" not in type(e).__name__ and "Concurrent" not in str(e):
+                raise
+        held = self._lease_row()
+        if held is None or held["holder"] != self.holder:
+            raise ReplogError(ErrorCode.FENCED_INSTANCE_ID,
+                              f"replication on {self.storage.root} is held by "
+                              f"{held['holder'] if held else 'nobody'}: another process took it at the same time")
+        self._lease = (epoch, self.storage.version("lease"))
 
     def rounds(self) -> DataFrame:
         return self.storage.read("rounds")

@@ -32,6 +32,8 @@ class ErrorCode:
     FETCH_SESSION_ID_NOT_FOUND = "FETCH_SESSION_ID_NOT_FOUND"
     INVALID_FETCH_SESSION_EPOCH = "INVALID_FETCH_SESSION_EPOCH"
     INVALID_GROUP_ID = "INVALID_GROUP_ID"
+    # another instance took over (Kafka: a static member whose group.instance.id a newer one uses)
+    FENCED_INSTANCE_ID = "FENCED_INSTANCE_ID"
     OFFSET_METADATA_TOO_LARGE = "OFFSET_METADATA_TOO_LARGE"
     # the consumer's NoOffsetForPartitionException (a client error, not a protocol code)
     NO_OFFSET_FOR_PARTITION = "NO_OFFSET_FOR_PARTITION"

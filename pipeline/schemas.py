@@ -23,6 +23,7 @@ __all__ = [
     "ROUNDS_SCHEMA",
     "BROKERS_SCHEMA",
     "ELECTIONS_SCHEMA",
+    "LEASE_SCHEMA",
     "ADMIN_SCHEMA",
     "PRODUCERS_SCHEMA",
     "CLUSTER_SCHEMA",
@@ -205,6 +206,14 @@ BROKERS_SCHEMA = _s(
     ("last_heartbeat_ms", LongType(), True),
     # restarted without its log directory: it stays out of every ISR until it has fetched back in
     ("log_lost", BooleanType(), True),
+)
+
+# The replication lease (one row): the process that runs rounds on this root, and its job epoch.
+LEASE_SCHEMA = _s(
+    ("lease", StringType(), False),
+    ("holder", StringType(), False),
+    ("job_epoch", IntegerType(), False),
+    ("acquired_ms", LongType(), False),
 )
 
 # Append-only: every leader change the controller made (Kafka's PartitionChangeRecord with a new

@@ -42,6 +42,7 @@ CLUSTER_TABLES = {
     "consumer_positions": schemas.CONSUMER_POSITIONS_SCHEMA,
     "group_offsets": schemas.GROUP_OFFSETS_SCHEMA,
     "elections": schemas.ELECTIONS_SCHEMA,
+    "lease": schemas.LEASE_SCHEMA,
 }
 _PROPS = {
     "delta.autoOptimize.optimizeWrite": "false",
@@ -207,12 +208,13 @@ class Storage:
             (target.alias("t").merge(df.alias("s"), condition)
              .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
 
-    def update_if(self, df: DataFrame, table: str, keys: list[str], only_if: str) -> None:
+    def update_if(self, df: DataFrame, table: str, keys: list[str], only_if: str, insert: bool = False) -> None:
         """MERGE rows by key, updating a matched row only when `only_if` (SQL on t = the table's
-        row) holds: a compare-and-set against a concurrent writer."""
+        row) holds: a compare-and-set against a concurrent writer; `insert`: unmatched rows too."""
         condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-        (DeltaTable.forPath(self.spark, self.path(table)).alias("t").merge(df.alias("s"), condition)
-         .whenMatchedUpdateAll(condition=only_if).execute())
+        merge = (DeltaTable.forPath(self.spark, self.path(table)).alias("t").merge(df.alias("s"), condition)
+                 .whenMatchedUpdateAll(condition=only_if))
+        (merge.whenNotMatchedInsertAll() if insert else merge).execute()
 
     def truncate_logs(self, broker: int, ends_df: DataFrame, round_id: int) -> None:
         """Removes a broker's records at and above each partition's truncation offset (ends_df:

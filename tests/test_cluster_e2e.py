@@ -141,6 +141,7 @@ def test_open_resumes_the_cluster(spark, scenario):
     assert_df_equality(describe(reopened), scenario["snaps"][1]["describe"], ignore_row_order=True)
     scenario["clock"].advance(500)
     assert reopened.run_round().round_id == 4
+    scenario["cluster"] = reopened  # it holds the replication lease now: the old object is fenced
 
 
 def test_dataframe_produce_uses_the_same_partitioner(spark, scenario):
