@@ -494,7 +494,7 @@ class Cluster:
 
     def read(self, topic: str, partition: int | None = None, from_offset: int | None = None,
              replica: int | None = None, isolation: str = "read_committed", group: str | None = None,
-             auto_offset_reset: str = "latest") -> DataFrame:
+             auto_offset_reset: str = "latest", leader_epoch: int | None = None) -> DataFrame:
         """Records of a topic from one replica per partition (the leader by default), from each
         partition's log start offset or from `from_offset` (OFFSET_OUT_OF_RANGE when below the log
         start offset): read_committed stops at that replica's HW, read_uncommitted at its LEO.
@@ -502,7 +502,11 @@ class Cluster:
         With `group`, each partition starts at the group's committed offset; where it has none,
         or one out of range, `auto_offset_reset` decides as Kafka's consumer does: `latest` (the
         default: nothing until new records), `earliest` (the log start) or `none`
-        (NO_OFFSET_FOR_PARTITION). Reading does not commit: call commit_offsets()."""
+        (NO_OFFSET_FOR_PARTITION). Reading does not commit: call commit_offsets().
+
+        `leader_epoch` (with `partition`) is the leader epoch the reader last knew, as a Kafka
+        fetch's currentLeaderEpoch (KIP-320): an older one fails with FENCED_LEADER_EPOCH, a newer
+        one with UNKNOWN_LEADER_EPOCH, and the reader refreshes its metadata (describe())."""
         if isolation not in _ISOLATION:
             raise ValueError(f"isolation must be one of {_ISOLATION}, got {isolation!r}")
         if group is not None:
@@ -517,6 +521,15 @@ class Cluster:
         if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int)
                                       or not 0 <= partition < meta["partitions"]):
             raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{topic}' has no partition {partition!r}")
+        if leader_epoch is not None:
+            if partition is None:
+                raise ValueError("leader_epoch needs a partition: epochs are per partition")
+            current = self.storage.read("partitions").filter(
+                (F.col("topic") == topic) & (F.col("partition") == partition)).first()["leader_epoch"]
+            if leader_epoch != current:
+                code = ErrorCode.FENCED_LEADER_EPOCH if leader_epoch < current else ErrorCode.UNKNOWN_LEADER_EPOCH
+                raise ReplogError(code, f"leader epoch {leader_epoch} of {topic}-{partition} is not the current "
+                                        f"one ({current}): refresh the metadata")
         if replica is not None and replica not in self.brokers:
             raise ReplogError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker {replica!r}")
         if from_offset is not None and (isinstance(from_offset, bool) or not isinstance(from_offset, int)

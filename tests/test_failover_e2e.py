@@ -6,9 +6,11 @@ offsets it lost. Clocks start at a real epoch time: Kafka's "never caught up" is
 
 import shutil
 
+import pytest
 from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
+from pipeline.errors import ReplogError
 
 EPOCH_MS = 1_700_000_000_000
 
@@ -68,6 +70,14 @@ def test_leader_crash_clean_election_restart_with_truncation_by_epoch_then_a_los
             election["start_offset"], election["high_watermark"], election["offsets_lost"]) == ("clean", 0, 1, 1, 3, 3, 0)
     assert cluster.broker_states().filter("broker = 0").first()["state"] == "fenced"
     assert spark.sql("SELECT count(*) AS n FROM replog.elections WHERE leader = 1").first()["n"] == 1
+    # a reader that still knows epoch 0 is fenced (KIP-320's currentLeaderEpoch); epoch 1 reads
+    with pytest.raises(ReplogError) as stale:
+        cluster.read("t", partition=0, leader_epoch=0)
+    assert stale.value.code == "FENCED_LEADER_EPOCH"
+    with pytest.raises(ReplogError) as ahead:
+        cluster.read("t", partition=0, leader_epoch=2)
+    assert ahead.value.code == "UNKNOWN_LEADER_EPOCH"
+    assert cluster.read("t", partition=0, leader_epoch=1).count() == 3
 
     # min ISR 2 holds with [1, 2]: the new leader takes and commits acks=all records in epoch 1
     after = cluster.produce("t", [{"value": f"n{i}"} for i in range(2)], acks="all")
