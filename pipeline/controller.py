@@ -13,6 +13,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from pipeline.replication import reset_replica_state
 from pipeline.schemas import NO_LEADER, PARTITION_KEY
 
 __all__ = [
@@ -131,14 +132,8 @@ def reset_followers_for_new_leader(followers_df: DataFrame, now_ms: int) -> Data
 
     followers_df: follower rows with broker, isr (the new one), leader_leo (the new leader's LEO),
     fetch_offset, partition_hw."""
-    in_sync = F.array_contains(F.col("isr"), F.col("broker"))
-    since = F.when(in_sync, F.lit(now_ms)).otherwise(F.lit(0)).cast("long")
-    return (
-        followers_df.withColumn("last_caught_up_time_ms", since)
-        .withColumn("last_fetch_time_ms", since)
-        .withColumn("last_fetch_leader_leo", F.col("leader_leo"))
-        .withColumn("fetch_offset", F.least(F.col("fetch_offset"), F.col("partition_hw")))
-    )
+    return (reset_replica_state(followers_df, now_ms, F.col("leader_leo"))
+            .withColumn("fetch_offset", F.least(F.col("fetch_offset"), F.col("partition_hw"))))
 
 
 # -- leader epochs -----------------------------------------------------------------------------

@@ -22,6 +22,7 @@ __all__ = [
     "assign_offsets",
     "with_effective_fetch_state",
     "reset_follower_state_on_restart",
+    "reset_replica_state",
     "update_follower_fetch_state",
     "maybe_increment_leader_hw",
     "fetch_response_records",
@@ -108,12 +109,18 @@ def reset_follower_state_on_restart(followers_df: DataFrame, now_ms: int) -> Dat
     offset and remember the leader's LEO (`leader_leo_before`) as of their last fetch.
     followers_df: follower rows with broker, isr, leader_leo_before and the fetch-state columns.
     """
+    return reset_replica_state(followers_df, now_ms, F.col("leader_leo_before"))
+
+
+def reset_replica_state(followers_df: DataFrame, now_ms: int, leader_leo: Column) -> DataFrame:
+    """The core of Kafka's Replica.resetReplicaState: an ISR member (`isr` holds `broker`) caught
+    up and last fetched at `now_ms`, any other replica never (0); the last fetch at `leader_leo`."""
     in_sync = F.array_contains(F.col("isr"), F.col("broker"))
     since = F.when(in_sync, F.lit(now_ms)).otherwise(F.lit(0)).cast("long")
     return (
         followers_df.withColumn("last_caught_up_time_ms", since)
         .withColumn("last_fetch_time_ms", since)
-        .withColumn("last_fetch_leader_leo", F.col("leader_leo_before"))
+        .withColumn("last_fetch_leader_leo", leader_leo)
     )
 
 
