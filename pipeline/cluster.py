@@ -18,6 +18,7 @@ from pipeline import consumer
 from pipeline import controller
 from pipeline import fetch_session as sessions
 from pipeline import groups
+from pipeline import recovery
 from pipeline import views
 from pipeline.assignment import assign_replicas
 from pipeline.clock import Clock, SystemClock
@@ -71,6 +72,11 @@ class Cluster:
         # the one-writer lease: who this object is, and its (job epoch, lease table version) once held
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._lease: tuple[int, int] | None = None
+        storage.before_commit = self._hold_lease  # every commit of a round checks the lease first
+        # recovery (recovery.py): checked by this object's first round and after a failed round;
+        # the inputs of an interrupted round to replay, once found
+        self._recovery_checked = False
+        self._replay: recovery.Replay | None = None
         storage.ensure("group_offsets")  # a root made before consumer groups existed
         storage.ensure("elections")  # ... before the controller
         storage.ensure("lease")  # ... before the one-writer lease
@@ -289,9 +295,24 @@ class Cluster:
         session) only writes its metrics row, with the sessions' new epochs. With
         `replication.fetch.mode=full` every round fetches every partition."""
         self._hold_lease()
+        if not self._recovery_checked:
+            replay = recovery.recover(self.storage, self.brokers, self._round_id)
+            self._recovery_checked = True
+            if replay is not None:
+                self._replay, self._carry, self._seen = replay, None, None
+        try:
+            return self._run_round(batch_id)
+        except BaseException:
+            # the round may have committed part of its writes: the next round undoes them first
+            self._recovery_checked, self._carry, self._seen = False, None, None
+            raise
+
+    def _run_round(self, batch_id: int | None) -> RoundReport:
         paused, throttles = self._broker_states()
         last = self._last_report
-        now = self.clock.now_ms()
+        replay = self._replay
+        now = replay.now_ms if replay is not None and replay.now_ms is not None else self.clock.now_ms()
+        restarted = replay.restarted if replay is not None else self._restarted
         decisions = self._controller_inputs(now)
         partitions_version = self.storage.version("partitions")
         session_inputs = self._session_inputs(paused, set(decisions["down"]), partitions_version, now)
@@ -305,18 +326,22 @@ class Cluster:
             last_admin_version=last.admin_version if last else 0,
             retention_due=retention_due, last_retention_check_ms=checked or 0,
             last_pending_requests=last.pending_requests if last else None, batch_id=batch_id,
-            restarted=self._restarted, controller=decisions, **session_inputs)
+            restarted=restarted, controller=decisions, **session_inputs,
+            inbox_to_version=replay.inbox_version if replay is not None else None,
+            admin_to_version=replay.admin_version if replay is not None else None)
         seen = (self.storage.version("inbox"), partitions_version, self.storage.version("admin"),
                 paused, throttles)
         quiet = (last is not None and last.active_partitions == 0 and last.pending_requests == 0
                  and not retention_due and not decisions["fence"] and not decisions["unfence"]
                  and all(c.kind == "incremental" for c in session_inputs["contexts"]))
-        if quiet and seen == self._seen:
+        if quiet and seen == self._seen and replay is None:
             report = idle_round(self.spark, self.storage, inputs, last)
         else:
             report, self._carry = run_round(self.spark, self.storage, inputs, self._carry)
             self._after_controller(decisions)
-        self._last_report, self._seen, self._restarted = report, seen, False
+        # a replay that ran without the process's restart leaves it to the next round
+        self._restarted = self._restarted and replay is not None and not replay.restarted
+        self._last_report, self._seen, self._replay = report, seen, None
         return report
 
     def _lease_row(self):

@@ -37,6 +37,8 @@ class ErrorCode:
     # another instance took over (Kafka: a static member whose group.instance.id a newer one uses)
     FENCED_INSTANCE_ID = "FENCED_INSTANCE_ID"
     OFFSET_METADATA_TOO_LARGE = "OFFSET_METADATA_TOO_LARGE"
+    # a log directory that cannot be read or repaired (Kafka: a failed log dir)
+    KAFKA_STORAGE_ERROR = "KAFKA_STORAGE_ERROR"
     # the consumer's NoOffsetForPartitionException (a client error, not a protocol code)
     NO_OFFSET_FOR_PARTITION = "NO_OFFSET_FOR_PARTITION"
 

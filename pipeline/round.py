@@ -140,6 +140,22 @@ class RoundInputs:
     # the controller's decisions (Cluster._controller_inputs): fence, unfence, live_before_start,
     # live, lost_log, down (brokers stopped or fenced before this round)
     controller: dict | None = None
+    # the inbox and admin versions the round reads up to (None: the newest; a replayed round reads
+    # what it read the first time, see recovery.py)
+    inbox_to_version: int | None = None
+    admin_to_version: int | None = None
+
+
+def with_input_versions(storage: Storage, inputs: RoundInputs) -> RoundInputs:
+    """`inputs` with the inbox and admin versions it reads fixed, once, and the round's commits
+    tagged with them (storage.commit_tag), so an interrupted round can be replayed as it ran."""
+    inbox = inputs.inbox_to_version if inputs.inbox_to_version is not None else storage.version("inbox")
+    admin = inputs.admin_to_version if inputs.admin_to_version is not None else storage.version("admin")
+    inputs = replace(inputs, inbox_to_version=max(inbox, inputs.last_inbox_version),
+                     admin_to_version=max(admin, inputs.last_admin_version))
+    storage.round_inputs = (f"now={inputs.now_ms};inbox={inputs.inbox_to_version};"
+                            f"admin={inputs.admin_to_version};restarted={int(inputs.restarted)}")
+    return inputs
 
 
 # the tables whose content a round carries over to the next round of the same process
@@ -252,7 +268,7 @@ def _apply_changes(meta: DataFrame, changes: DataFrame) -> DataFrame:
 def _preferred_election_requests(storage: Storage, inputs: RoundInputs) -> DataFrame | None:
     """Partitions named by new elect_preferred requests (partition -1: every partition of the
     topic): topic, partition; None when there are none."""
-    version = storage.version("admin")
+    version = inputs.admin_to_version
     if version <= inputs.last_admin_version:
         return None
     asked = (storage.read_changes("admin", inputs.last_admin_version, version)
@@ -402,8 +418,7 @@ def _epoch_checks(storage: Storage, inputs: RoundInputs, replicas: DataFrame) ->
     return replicas, truncations
 
 
-def _read_inbox(spark: SparkSession, storage: Storage, last_version: int) -> tuple[DataFrame, int]:
-    version = storage.version("inbox")
+def _read_inbox(spark: SparkSession, storage: Storage, last_version: int, version: int) -> tuple[DataFrame, int]:
     if version > last_version:
         inbox = storage.read_changes("inbox", last_version, version).drop("_change_type", "_commit_timestamp")
     else:
@@ -415,7 +430,7 @@ def _log_start_requests(spark: SparkSession, storage: Storage, inputs: RoundInpu
                         replicas: DataFrame) -> tuple[DataFrame | None, int]:
     """Per partition, the log start offset asked for by new delete_records requests and, when the
     retention check is due, by retention.ms / retention.bytes: (topic, partition, requested_lso)."""
-    version = storage.version("admin")
+    version = inputs.admin_to_version
     asks = []
     if version > inputs.last_admin_version:
         asks.append(storage.read_changes("admin", inputs.last_admin_version, version)
@@ -849,6 +864,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
     now, round_id = inputs.now_ms, inputs.round_id
 
     watch = _Stopwatch(spark)
+    inputs = with_input_versions(storage, inputs)
     seen = table_versions(storage)
     if carry is not None and carry.versions != seen:
         carry = None
@@ -860,7 +876,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
     lso_requests, admin_version = _log_start_requests(spark, storage, inputs, replicas)
     replicas = _with_leader_log_start(replicas, lso_requests)
     watch.lap("log start requests")
-    inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version)
+    inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
     validated = rules.validate_produce_requests(
         inbox, serving.select(*PARTITION_KEY, "leader", "leader_epoch", "isr", "min_isr", "message_max_bytes")
     ).localCheckpoint()
@@ -970,6 +986,7 @@ def idle_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, previ
     """A round with nothing to do (no new produce, every partition settled, no pending request, no
     broker change): it writes only its metrics row, carrying the cluster's health over."""
     started = time.perf_counter()
+    storage.round_inputs = f"now={inputs.now_ms}"
     report = replace(
         previous, round_id=inputs.round_id, now_ms=inputs.now_ms, inbox_version=inputs.last_inbox_version,
         fetch_request_partitions=0, fetch_response_partitions=0, records_appended=0, records_replicated=0,

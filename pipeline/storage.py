@@ -1,17 +1,20 @@
 """Infrastructure: where the Delta tables live, how they are created, read and committed.
 
-Every commit a round makes carries the round id and its step in the commit's userMetadata
-(`replog-round=<id>;step=<step>`), so recovery can tell from a table's history which steps of an
-interrupted round landed. Not Delta's txnAppId/txnVersion: checking it makes every commit rebuild
-the table's full snapshot state (three Spark jobs per commit, measured in jobs/profile_round.py).
+Every commit a round makes carries the round id, its step and the round's inputs in the commit's
+userMetadata (`replog-round=<id>;step=<step>;now=<ms>;inbox=<v>;admin=<v>;restarted=<0|1>`), so
+recovery (pipeline/recovery.py) can tell from a table's history which commits of an interrupted
+round landed, undo them, and replay the round with the same inputs. Not Delta's
+txnAppId/txnVersion: checking it makes every commit rebuild the table's full snapshot state (three
+Spark jobs per commit, measured in jobs/profile_round.py).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -19,14 +22,23 @@ from pyspark.sql.types import StructType
 
 from pipeline import schemas
 
-__all__ = ["Storage", "TXN_APP_ID", "is_uri"]
+__all__ = ["Storage", "TXN_APP_ID", "RECOVERY_APP_ID", "is_uri", "parse_tag"]
 
 TXN_APP_ID = "replog-round"
+RECOVERY_APP_ID = "replog-recovery"
 
 
-def commit_tag(round_id: int, step: str = "") -> str:
-    """The userMetadata of a round's commit to one table."""
-    return f"{TXN_APP_ID}={round_id};step={step or 'main'}"
+def commit_tag(round_id: int, step: str = "", inputs: str = "") -> str:
+    """The userMetadata of a round's commit to one table (`inputs`: the round's replay inputs)."""
+    return f"{TXN_APP_ID}={round_id};step={step or 'main'}" + (f";{inputs}" if inputs else "")
+
+
+def parse_tag(user_metadata: str | None) -> dict[str, str]:
+    """The fields of a commit's userMetadata written by commit_tag or a recovery ({} for others)."""
+    if not user_metadata or not user_metadata.startswith((TXN_APP_ID + "=", RECOVERY_APP_ID + "=")):
+        return {}
+    return dict(part.split("=", 1) for part in user_metadata.split(";") if "=" in part)
+
 CLUSTER_TABLES = {
     "cluster": schemas.CLUSTER_SCHEMA,
     "brokers": schemas.BROKERS_SCHEMA,
@@ -69,6 +81,11 @@ class Storage:
         # FileSystem as it is; a plain path is made absolute
         self.uri = is_uri(root)
         self.root = self._qualified(root.rstrip("/")) if self.uri else os.path.abspath(root)
+        # a round's commits: its replay inputs (tagged on each commit), a check run before each
+        # (the one-writer lease) and a callback after each (tests inject crashes there)
+        self.round_inputs = ""
+        self.before_commit: Callable[[], None] | None = None
+        self.after_commit: Callable[[str, str], None] | None = None
 
     def _qualified(self, uri: str) -> str:
         """The URI as Hadoop and Delta spell it (file:///x is file:/x), so table locations match."""
@@ -181,30 +198,45 @@ class Storage:
     def append(self, df: DataFrame, path: str, round_id: int | None = None, step: str = "") -> None:
         """Append; with a round id, the commit is tagged with it (see `commit_tag`)."""
         writer = df.write.format("delta").mode("append")
-        if round_id is not None:
-            writer = writer.option("userMetadata", commit_tag(round_id, step))
-        writer.save(path)
+        if round_id is None:
+            writer.save(path)
+            return
+        with self._round_commit(path, step):
+            writer.option("userMetadata", commit_tag(round_id, step, self.round_inputs)).save(path)
 
     def append_table(self, df: DataFrame, table: str, round_id: int | None = None) -> None:
         self.append(df, self.path(table), round_id)
 
     @contextmanager
-    def _tagged(self, round_id: int | None, step: str = "") -> Iterator[None]:
+    def _round_commit(self, path: str, step: str) -> Iterator[None]:
+        if self.before_commit is not None:
+            self.before_commit()
+        yield
+        if self.after_commit is not None:
+            self.after_commit(path, step or "main")
+
+    @contextmanager
+    def _metadata(self, user_metadata: str) -> Iterator[None]:
         conf = self.spark.conf
-        if round_id is None:
-            yield
-            return
-        conf.set("spark.databricks.delta.commitInfo.userMetadata", commit_tag(round_id, step))
+        conf.set("spark.databricks.delta.commitInfo.userMetadata", user_metadata)
         try:
             yield
         finally:
             conf.unset("spark.databricks.delta.commitInfo.userMetadata")
 
+    @contextmanager
+    def _tagged(self, round_id: int | None, path: str, step: str = "") -> Iterator[None]:
+        if round_id is None:
+            yield
+            return
+        with self._round_commit(path, step), self._metadata(commit_tag(round_id, step, self.round_inputs)):
+            yield
+
     def upsert(self, df: DataFrame, table: str, keys: list[str], round_id: int | None = None) -> None:
         """MERGE rows by key: update all columns when matched, insert otherwise."""
         condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
         target = DeltaTable.forPath(self.spark, self.path(table))
-        with self._tagged(round_id):
+        with self._tagged(round_id, self.path(table)):
             (target.alias("t").merge(df.alias("s"), condition)
              .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
 
@@ -221,7 +253,7 @@ class Storage:
         topic, partition, truncate_to), in one commit: a follower's diverging suffix."""
         target = DeltaTable.forPath(self.spark, self.log_path(broker))
         condition = "t.topic = s.topic AND t.partition = s.partition AND t.offset >= s.truncate_to"
-        with self._tagged(round_id, "-truncate"):
+        with self._tagged(round_id, self.log_path(broker), "truncate"):
             target.alias("t").merge(ends_df.alias("s"), condition).whenMatchedDelete().execute()
 
     def delete_log_prefixes(self, broker: int, starts_df: DataFrame, round_id: int) -> None:
@@ -229,5 +261,56 @@ class Storage:
         (starts_df: topic, partition, log_start_offset), in one commit."""
         target = DeltaTable.forPath(self.spark, self.log_path(broker))
         condition = "t.topic = s.topic AND t.partition = s.partition AND t.offset < s.log_start_offset"
-        with self._tagged(round_id, "-log-start"):
+        with self._tagged(round_id, self.log_path(broker), "log-start"):
             target.alias("t").merge(starts_df.alias("s"), condition).whenMatchedDelete().execute()
+
+    # -- history and recovery ----------------------------------------------------------------
+    def table_version(self, path: str) -> int:
+        """The newest version of the table at `path` (see `version`), -1 when there is none."""
+        if not self._is_table(path):
+            return -1
+        jvm = self.spark._jvm
+        none = jvm.scala.Option.empty()
+        log = getattr(jvm.org.apache.spark.sql.delta, "DeltaLog").forTable(self.spark._jsparkSession, path)
+        return int(log.update(False, none, none).version())
+
+    def commit_info(self, path: str, version: int) -> dict | None:
+        """The commitInfo action of one commit of the table at `path`, read from its Delta log file
+        on the driver (no Spark job); None when that file is gone (cleaned up after a checkpoint)."""
+        jvm = self.spark._jvm
+        file = jvm.org.apache.hadoop.fs.Path(f"{path}/_delta_log/{version:020d}.json")
+        fs = file.getFileSystem(self.spark._jsc.hadoopConfiguration())
+        if not fs.exists(file):
+            return None
+        stream = fs.open(file)
+        try:
+            text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        finally:
+            stream.close()
+        for line in text.splitlines():
+            if line.startswith('{"commitInfo"'):
+                return json.loads(line)["commitInfo"]
+        return {}
+
+    def restore(self, path: str, version: int, user_metadata: str) -> None:
+        """Delta RESTORE of the table at `path` to `version`, in one commit tagged `user_metadata`."""
+        with self._metadata(user_metadata):
+            self.spark.sql(f"RESTORE TABLE delta.`{path}` TO VERSION AS OF {version}")
+
+    def read_version(self, path: str, version: int) -> DataFrame:
+        return self.spark.read.format("delta").option("versionAsOf", version).load(path)
+
+    def merge_back(self, path: str, old: DataFrame, keys: list[str], condition: str, user_metadata: str) -> None:
+        """Rows matching `condition` (SQL on the table's row t) go back to their `old` row by key,
+        or are deleted where `old` has none (old: the keys, `_old` true where a row existed, and
+        the table's columns)."""
+        on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+        columns = [c for c in old.columns if c != "_old"]
+        with self._metadata(user_metadata):
+            (DeltaTable.forPath(self.spark, path).alias("t").merge(old.alias("s"), on)
+             .whenMatchedUpdate(condition=f"({condition}) AND s._old", set={c: f"s.`{c}`" for c in columns})
+             .whenMatchedDelete(condition=f"({condition}) AND NOT s._old").execute())
+
+    def delete_where(self, path: str, condition: str, user_metadata: str) -> None:
+        with self._metadata(user_metadata):
+            DeltaTable.forPath(self.spark, path).delete(condition)

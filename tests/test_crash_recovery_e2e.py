@@ -1,0 +1,157 @@
+"""Crash-safe rounds: a round killed after any of its commits, then run again, leaves exactly the
+tables of one clean run of it (recovery.py). The round under test commits to every table a round
+writes: two brokers' logs (leader and follower appends), partitions (broker 2 fenced: ISR shrinks
+and an election), elections, replica_state, producers (an idempotent producer), results (acks=1
+acked, acks=all pending) and its rounds row. A copy of the same root runs it cleanly; each crashed
+copy must end equal to it, row for row, after the next round too (which acks the acks=all
+requests: no ack lost, no offset twice)."""
+
+import shutil
+
+import pytest
+
+from pipeline import Cluster, ManualClock
+from pipeline.storage import TXN_APP_ID, parse_tag
+
+START = 1_700_000_000_000
+TABLES = ("partitions", "replica_state", "elections", "producers", "results", "brokers")
+
+
+class Crash(Exception):
+    """Stands for the process dying right after a commit."""
+
+
+def crash_after(storage, k):
+    """Makes the round raise right after its k-th commit."""
+    done = []
+
+    def hook(path, step):
+        done.append((path, step))
+        if len(done) == k:
+            raise Crash(f"after commit {k}: {path} ({step})")
+
+    storage.after_commit = hook
+    return done
+
+
+def snapshot(cluster):
+    """Every table a round writes, as sorted rows (the rounds rows without their duration)."""
+    storage = cluster.storage
+    tables = {t: storage.read(t) for t in TABLES}
+    tables["rounds"] = storage.read("rounds").drop("duration_ms")
+    tables.update({f"log{b}": storage.read_log(b) for b in cluster.brokers})
+    return {name: df.orderBy(*df.columns).collect() for name, df in tables.items()}
+
+
+def round_commits(storage, path, round_id):
+    """The versions of the table at `path` committed by round `round_id`."""
+    history = storage.spark.sql(f"DESCRIBE HISTORY delta.`{path}`").select("version", "userMetadata").collect()
+    return sorted(r["version"] for r in history
+                  if parse_tag(r["userMetadata"]).get(TXN_APP_ID) == str(round_id))
+
+
+@pytest.fixture(scope="module")
+def prepared(spark, tmp_path_factory):
+    """A root just before the round under test: 3 brokers, topic t (3 partitions, RF 3, min ISR 2),
+    committed data, broker 2 stopped past its session timeout, new produce requests waiting."""
+    base = tmp_path_factory.mktemp("crash") / "base"
+    clock = ManualClock(start_ms=START)
+    cluster = Cluster.create(spark, str(base), brokers=3, clock=clock, config={"min.insync.replicas": 2})
+    cluster.create_topic("t", partitions=3, replication_factor=3)
+    cluster.produce("t", [{"value": f"a{p}", "partition": p} for p in range(3)], acks="all")
+    for _ in range(3):
+        clock.advance(500)
+        cluster.run_round()
+    cluster.stop_broker(2)
+    clock.advance(10_000)  # past broker.session.timeout.ms (9000): the next round fences broker 2
+    cluster.produce("t", [{"value": f"b{p}", "partition": p} for p in range(3)], acks="all")
+    cluster.produce("t", [{"value": "c", "partition": 0}], acks=1)
+    cluster.produce("t", [{"value": f"i{s}", "partition": 1, "producer_id": 7, "producer_epoch": 0, "sequence": s}
+                          for s in range(2)], acks="all")
+    return str(base), clock.now_ms(), cluster._round_id + 1
+
+
+def run_clean(spark, root, now):
+    cluster = Cluster.open(spark, root, clock=ManualClock(start_ms=now))
+    cluster.run_round()
+    return cluster
+
+
+def finish(cluster, now):
+    """The round after the one under test (acks the acks=all requests), at a fixed time."""
+    cluster.clock = ManualClock(start_ms=now + 500)
+    cluster.run_round()
+    return snapshot(cluster)
+
+
+@pytest.fixture(scope="module")
+def clean(spark, prepared, tmp_path_factory):
+    base, now, round_id = prepared
+    root = str(tmp_path_factory.mktemp("clean") / "root")
+    shutil.copytree(base, root)
+    cluster = run_clean(spark, root, now)
+    storage = cluster.storage
+    paths = [storage.path(t) for t in ("partitions", "elections", "replica_state", "producers", "results", "rounds")]
+    paths += [storage.log_path(b) for b in cluster.brokers]
+    commits = sum(len(round_commits(storage, p, round_id)) for p in paths)
+    after_round = snapshot(cluster)
+    return {"after_round": after_round, "final": finish(cluster, now), "commits": commits, "cluster": cluster}
+
+
+def test_the_round_under_test_writes_every_table(clean, prepared):
+    _, _, round_id = prepared
+    after = clean["after_round"]
+    assert clean["commits"] == 8  # logs of brokers 0 and 1, partitions, elections, state, producers, results, rounds
+    assert [r["round_id"] for r in after["elections"]] == [round_id]  # partition 2: leader 2 -> 0
+    assert {r["round_id"] for r in after["producers"]} == {round_id}
+    statuses = {r["status"] for r in after["results"] if r["round_id"] == round_id}
+    assert statuses == {"acked", "pending"}
+    latest = {}
+    for r in sorted(clean["final"]["results"], key=lambda r: r["round_id"]):
+        latest[r["request_id"]] = r["status"]
+    assert set(latest.values()) == {"acked"}  # the next round acks the acks=all requests
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 7], ids=["after-log-commit-1-of-2", "after-log-commit-2-of-2",
+                                                  "after-partitions", "after-state-merge", "before-rounds-row"])
+def test_a_round_killed_after_commit_k_and_run_again_equals_a_clean_run(spark, prepared, clean, tmp_path, k):
+    base, now, round_id = prepared
+    root = str(tmp_path / "root")
+    shutil.copytree(base, root)
+    crashed = Cluster.open(spark, root, clock=ManualClock(start_ms=now))
+    done = crash_after(crashed.storage, k)
+    with pytest.raises(Crash):
+        crashed.run_round()
+    assert len(done) == k
+    assert crashed.storage.read("rounds").agg({"round_id": "max"}).first()[0] == round_id - 1
+
+    # a new process, later: it undoes the landed commits and replays the round at its own time
+    again = Cluster.open(spark, root, clock=ManualClock(start_ms=now + 3_000))
+    report = again.run_round()
+    assert (report.round_id, report.now_ms) == (round_id, now)
+    assert snapshot(again) == clean["after_round"]
+    assert finish(again, now) == clean["final"]
+
+
+def test_the_same_process_recovers_on_its_next_round_and_keeps_another_writers_topic(spark, prepared, tmp_path):
+    """After a failed round the same Cluster object undoes it before its next round; a topic another
+    process created in between (a commit after the round's, so no RESTORE) survives."""
+    base, now, round_id = prepared
+    roots = {name: str(tmp_path / name) for name in ("clean", "crashed")}
+    for root in roots.values():
+        shutil.copytree(base, root)
+    clean_cluster = Cluster.open(spark, roots["clean"], clock=ManualClock(start_ms=now))
+    Cluster.open(spark, roots["clean"], clock=ManualClock(start_ms=now)).create_topic("u", 2, 2)
+    clean_cluster.run_round()
+
+    crashed = Cluster.open(spark, roots["crashed"], clock=ManualClock(start_ms=now))
+    crash_after(crashed.storage, 5)  # logs, partitions, elections, replica_state landed
+    with pytest.raises(Crash):
+        crashed.run_round()
+    crashed.storage.after_commit = None
+    Cluster.open(spark, roots["crashed"], clock=ManualClock(start_ms=now)).create_topic("u", 2, 2)
+    report = crashed.run_round()
+    assert report.round_id == round_id
+    got, want = snapshot(crashed), snapshot(clean_cluster)
+    assert got == want
+    assert sorted(r["topic"] for r in crashed.topics().collect()) == ["t", "u"]
