@@ -10,9 +10,9 @@ complete round holds an interrupted round's writes:
 - when they are the table's newest commits, Delta RESTORE puts the table back to the version
   before them (one commit);
 - when somebody else committed after them (another process creating a topic), the round's rows
-  go instead: rows of partitions and replica_state back to the old version's row by key, rows of
-  the append-only tables deleted by round id. Logs have no other writer under the one-writer
-  lease; a log with a foreign commit after the round's is reported, not guessed at.
+  of partitions and replica_state go back to the old version's row by key (the rows carry the
+  round id that last wrote them). Logs and the append-only tables have no other writer under the
+  one-writer lease; a foreign commit after the round's there is reported, not guessed at.
 
 Recovery commits are tagged `replog-recovery=<round>`: a later scan stops there. Reading the
 history costs one small Delta log file per table on the driver (no Spark job), once per process
@@ -110,17 +110,16 @@ def recover(storage: Storage, brokers: list[int], last_round: int) -> Replay | N
         return None
     tag = found[0].tag
     round_id = int(tag[TXN_APP_ID])
+    for landed in found:  # checked before anything is undone: a refusal writes nothing
+        if landed.interleaved and ROUND_TABLES.get(tables[landed.path]) is None:
+            raise ReplogError(ErrorCode.KAFKA_STORAGE_ERROR,
+                              f"{landed.path} has commits by another writer after round {round_id}'s "
+                              f"(versions {sorted(landed.versions)}): it cannot be rolled back safely")
     marker = f"{RECOVERY_APP_ID}={round_id}"
     for landed in found:
         table = tables[landed.path]
         if not landed.interleaved:
             storage.restore(landed.path, landed.before, marker)
-        elif table is None:
-            raise ReplogError(ErrorCode.KAFKA_STORAGE_ERROR,
-                              f"the log {landed.path} has commits by another writer after round {round_id}'s "
-                              f"(versions {sorted(landed.versions)}): it cannot be rolled back safely")
-        elif ROUND_TABLES[table] is None:
-            storage.delete_where(landed.path, f"round_id > {last_round}", marker)
         else:
             keys = ROUND_TABLES[table]
             old = storage.read_version(landed.path, landed.before).withColumn("_old", F.lit(True))

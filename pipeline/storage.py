@@ -310,7 +310,3 @@ class Storage:
             (DeltaTable.forPath(self.spark, path).alias("t").merge(old.alias("s"), on)
              .whenMatchedUpdate(condition=f"({condition}) AND s._old", set={c: f"s.`{c}`" for c in columns})
              .whenMatchedDelete(condition=f"({condition}) AND NOT s._old").execute())
-
-    def delete_where(self, path: str, condition: str, user_metadata: str) -> None:
-        with self._metadata(user_metadata):
-            DeltaTable.forPath(self.spark, path).delete(condition)

@@ -132,3 +132,97 @@ def test_streaming_job_replicates_until_sigterm_then_resumes_from_its_checkpoint
     assert rounds == list(range(1, len(rounds) + 1))  # every round once, none repeated
     assert sorted(bytes(r["value"]).decode() for r in cluster.read("live").collect()) == sorted(
         [f"a{i}" for i in range(10)] + [f"b{i}" for i in range(10)])
+
+
+def _newest_tag(table_dir: Path) -> dict:
+    """The userMetadata fields of a Delta table's newest commit, read from its log file."""
+    from pipeline.storage import parse_tag
+    import json
+    commits = sorted(p for p in (table_dir / "_delta_log").glob("*.json"))
+    for line in commits[-1].read_text().splitlines() if commits else []:
+        if line.startswith('{"commitInfo"'):
+            return parse_tag(json.loads(line)["commitInfo"].get("userMetadata"))
+    return {}
+
+
+def _round_in_flight(root: Path, brokers: int) -> int | None:
+    """The round whose commits have reached a broker's log while its rounds row has not (None: no
+    such round now)."""
+    done = int(_newest_tag(root / "cluster" / "rounds").get("replog-round", 0))
+    for b in range(brokers):
+        tag = _newest_tag(root / "brokers" / str(b) / "log")
+        if "replog-round" in tag and int(tag["replog-round"]) > done:
+            return int(tag["replog-round"])
+    return None
+
+
+@pytest.mark.integration
+def test_a_job_killed_mid_round_loses_and_duplicates_nothing_after_restart(spark, tmp_path):
+    """SIGKILL to the whole job (JVM and Python) while a round's commits are landing: the restarted
+    job undoes them, replays the round, and every acked record is there once, at its offset, on
+    every replica."""
+    from pipeline.storage import RECOVERY_APP_ID
+    root = tmp_path / "cluster"
+    cluster = Cluster.create(spark, str(root), brokers=3)
+    cluster.create_topic("crash", partitions=3, replication_factor=3, config={"min.insync.replicas": "2"})
+    values = []
+
+    def produce(batch):
+        records = [{"value": f"{batch}-{i}", "partition": i % 3} for i in range(30)]
+        values.extend(r["value"] for r in records)
+        return cluster.produce("crash", records, acks="all")
+
+    requests = [produce(0)]
+    job_log = tmp_path / "job.log"
+    job = subprocess.Popen([SPARK_SUBMIT, "--master", "local[2]", "--properties-file", "conf/spark-defaults.conf",
+                            str(REPO / "jobs" / "replicate.py"), "--root", str(root), "--trigger-interval", "500ms"],
+                           stdout=job_log.open("w"), stderr=subprocess.STDOUT, env=job_env(), cwd=REPO,
+                           start_new_session=True)
+    killed_in = None
+    try:
+        deadline, next_produce = time.monotonic() + 400, time.monotonic() + 3
+        while killed_in is None:
+            assert job.poll() is None, job_log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no round caught mid-write within 400 s"
+            if time.monotonic() > next_produce and len(requests) < 40:
+                requests.append(produce(len(requests)))
+                next_produce = time.monotonic() + 3
+            if len(requests) > 2 and (round_id := _round_in_flight(root, 3)) is not None:
+                os.killpg(job.pid, signal.SIGKILL)
+                killed_in = round_id
+            time.sleep(0.01)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait(timeout=60)
+    assert _round_in_flight(root, 3) == killed_in  # the kill left the round half-written
+    acked_before = {(r["request_id"], r["partition"]): (r["base_offset"], r["last_offset"])
+                    for r in cluster.produce_results().filter("status = 'acked'").collect()}
+
+    done = submit("--root", str(root), "--available-now")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+
+    storage = cluster.storage
+    rounds = [r["round_id"] for r in cluster.rounds().orderBy("round_id").collect()]
+    assert rounds == list(range(1, len(rounds) + 1))
+    recovered = [storage.commit_info(storage.log_path(b), v) for b in range(3)
+                 for v in range(storage.table_version(storage.log_path(b)) + 1)]
+    assert any((c or {}).get("userMetadata", "").startswith(f"{RECOVERY_APP_ID}={killed_in}") for c in recovered)
+    # every request acked, at the offsets acked before the kill; its records there, once, on every replica
+    results = cluster.produce_results().collect()
+    assert {r["request_id"] for r in results if r["status"] == "acked"} == set(requests)
+    assert {r["status"] for r in results} == {"acked"}
+    offsets = {(r["request_id"], r["partition"]): (r["base_offset"], r["last_offset"]) for r in results}
+    assert acked_before and {k: offsets[k] for k in acked_before} == acked_before
+    hw = {r["partition"]: r["high_watermark"] for r in cluster.describe("crash").collect()}
+    logs = {b: sorted((r["partition"], r["offset"], bytes(r["value"]).decode())
+                      for r in storage.read_log(b).collect()) for b in range(3)}
+    for b in range(3):
+        assert len({(p, o) for p, o, _ in logs[b]}) == len(logs[b])  # no offset twice
+        assert [x for x in logs[b] if x[1] < hw[x[0]]] == [x for x in logs[0] if x[1] < hw[x[0]]]
+    assert sorted(v for _, _, v in logs[0]) == sorted(values) and sum(hw.values()) == len(values)
+    by_offset = {(p, o): v for p, o, v in logs[0]}
+    for (request, partition), (base, last) in offsets.items():
+        batch = requests.index(request)
+        assert [by_offset[(partition, o)] for o in range(base, last + 1)] == \
+            [f"{batch}-{i}" for i in range(30) if i % 3 == partition]
