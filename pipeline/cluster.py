@@ -339,8 +339,9 @@ class Cluster:
         else:
             report, self._carry = run_round(self.spark, self.storage, inputs, self._carry)
             self._after_controller(decisions)
-        # a replay that ran without the process's restart leaves it to the next round
-        self._restarted = self._restarted and replay is not None and not replay.restarted
+        # a replay runs at its recorded time: the time this process was down after it must still not
+        # count against the followers, so a restarted process's next round resets them (again)
+        self._restarted = self._restarted and replay is not None
         self._last_report, self._seen, self._replay = report, seen, None
         return report
 

@@ -99,3 +99,88 @@ def test_kip101_both_crash_the_follower_returns_first_and_the_replicas_do_not_di
     _round(cluster, clock), _round(cluster, clock)
     assert _log(cluster, 0) == _log(cluster, 1) == [(0, 0, "m0"), (1, 2, "m2")]
     assert _leader(cluster) == (1, 2, [0, 1])  # the ISR in replica order
+
+
+def test_kip279_a_follower_with_an_epoch_its_new_leader_never_had_truncates_to_the_last_common_one(spark, tmp_path):
+    """KIP-279's fast double leader change: broker 1 leads epoch 1 only briefly, takes m2, and
+    crashes; broker 0, which never saw epoch 1, returns and leads (unclean). Broker 1 comes back
+    asking for epoch 1: the leader answers with the largest epoch it has below it (0) and where
+    that ends for it (2), the follower truncates at its own end of epoch 0 (1), drops m2 and
+    fetches the leader's log. (Min ISR 2: m2, taken with one replica in the ISR, is never committed.)"""
+    clock = ManualClock(start_ms=EPOCH_MS)
+    cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=2, clock=clock)
+    cluster.create_topic("t", partitions=1, replication_factor=2,
+                         config={"min.insync.replicas": 2, "unclean.leader.election.enable": True})
+    cluster.produce("t", [{"value": "m0"}], acks="all")
+    _round(cluster, clock), _round(cluster, clock)
+    cluster.pause_fetcher(1)
+    cluster.produce("t", [{"value": "m1"}], acks=1)  # on broker 0 only
+    _round(cluster, clock)
+    cluster.stop_broker(0)
+    cluster.resume_fetcher(1)
+    _round(cluster, clock, ms=9500)
+    assert _leader(cluster) == (1, 1, [1])  # epoch 1, starting at broker 1's LEO 1
+    m2 = cluster.produce("t", [{"value": "m2"}], acks=1)
+    _round(cluster, clock)
+    assert _status(cluster, m2) == ("acked", 1)
+    assert _log(cluster, 1) == [(0, 0, "m0"), (1, 1, "m2")]
+
+    # broker 1 crashes at once; broker 0 returns without ever having seen epoch 1 and leads
+    cluster.stop_broker(1)
+    _round(cluster, clock, ms=9500)
+    assert _leader(cluster)[0] == -1
+    cluster.start_broker(0)
+    _round(cluster, clock)
+    assert _leader(cluster) == (0, 3, [0])
+    assert [(r["election"], r["leader"], r["leader_epoch"], r["start_offset"]) for r in
+            cluster.elections().orderBy("leader_epoch").collect()] == [
+        ("clean", 1, 1, 1), ("offline", -1, 2, None), ("unclean", 0, 3, 2)]
+    m3 = cluster.produce("t", [{"value": "m3"}], acks=1)
+    _round(cluster, clock)
+    assert _status(cluster, m3) == ("acked", 2)
+    assert _log(cluster, 0) == [(0, 0, "m0"), (1, 0, "m1"), (2, 3, "m3")]
+
+    # broker 1 returns: its epoch 1 is unknown to the leader; it truncates at 1 and converges
+    cluster.start_broker(1)
+    _round(cluster, clock), _round(cluster, clock), _round(cluster, clock)
+    assert _log(cluster, 1) == _log(cluster, 0) == [(0, 0, "m0"), (1, 0, "m1"), (2, 3, "m3")]
+    assert _leader(cluster) == (0, 3, [0, 1])
+
+
+def test_kafka7128_a_follower_at_the_hw_but_below_the_epochs_start_stays_out_of_the_isr(spark, tmp_path):
+    """KAFKA-7128: a new leader's HW can sit below records it took over (here: frozen by min ISR 3
+    once the ISR shrank). A follower that catches up to that HW but not to the leader epoch's start
+    offset must not join the ISR: were it in, the leader's crash would elect it without those
+    records. It joins once it fetches from the epoch's start offset, and then it may lead with
+    every record."""
+    clock = ManualClock(start_ms=EPOCH_MS)
+    cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=3, clock=clock)
+    cluster.create_topic("t", partitions=1, replication_factor=3, config={"min.insync.replicas": 3})
+    cluster.produce("t", [{"value": f"m{i}"} for i in range(3)], acks="all")
+    _round(cluster, clock), _round(cluster, clock)
+    cluster.pause_fetcher(2)
+    cluster.produce("t", [{"value": "m3"}], acks=1)
+    _round(cluster, clock)
+    _round(cluster, clock, ms=31_000)  # past replica.lag.time.max.ms: broker 2 leaves the ISR
+    assert _leader(cluster) == (0, 0, [0, 1])
+    cluster.produce("t", [{"value": f"m{i}"} for i in range(4, 6)], acks=1)
+    _round(cluster, clock)
+    cluster.stop_broker(0)
+    _round(cluster, clock, ms=9500)
+    assert _leader(cluster) == (1, 1, [1])
+    assert cluster.describe("t").first()["high_watermark"] == 3  # ISR below min ISR 3: frozen
+    assert [r["start_offset"] for r in cluster.elections().collect()] == [6]
+
+    # broker 2 comes back one record per round: its LEO passes the HW (3) well before 6
+    cluster.resume_fetcher(2)
+    cluster.throttle_fetcher(2, 1)
+    seen = []
+    for _ in range(4):
+        _round(cluster, clock)
+        seen.append((_replica(cluster, 2)["log_end_offset"], _leader(cluster)[2]))
+    assert seen == [(4, [1]), (5, [1]), (6, [1]), (6, [1, 2])]
+    # now it holds m3-m5, so the leader's crash may elect it
+    cluster.stop_broker(1)
+    _round(cluster, clock, ms=9500)
+    assert _leader(cluster) == (2, 2, [2])
+    assert [r[2] for r in _log(cluster, 2)] == [f"m{i}" for i in range(6)]
