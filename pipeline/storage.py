@@ -175,7 +175,9 @@ class Storage:
     def version(self, table: str) -> int:
         """The table's newest version, from the Delta log's listing (no Spark job: Delta's own
         DeltaLog.update, ~4 ms, where `DeltaTable.history(1)` runs a job, ~230 ms, measured on 2 cores)."""
-        path = self.path(table)
+        return self._newest_version(self.path(table))
+
+    def _newest_version(self, path: str) -> int:
         try:
             jvm = self.spark._jvm
             none = jvm.scala.Option.empty()
@@ -267,12 +269,7 @@ class Storage:
     # -- history and recovery ----------------------------------------------------------------
     def table_version(self, path: str) -> int:
         """The newest version of the table at `path` (see `version`), -1 when there is none."""
-        if not self._is_table(path):
-            return -1
-        jvm = self.spark._jvm
-        none = jvm.scala.Option.empty()
-        log = getattr(jvm.org.apache.spark.sql.delta, "DeltaLog").forTable(self.spark._jsparkSession, path)
-        return int(log.update(False, none, none).version())
+        return self._newest_version(path) if self._is_table(path) else -1
 
     def commit_info(self, path: str, version: int) -> dict | None:
         """The commitInfo action of one commit of the table at `path`, read from its Delta log file
