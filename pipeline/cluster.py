@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline import consumer
+from pipeline import cleaner, consumer
 from pipeline import controller
 from pipeline import fetch_session as sessions
 from pipeline import groups
@@ -22,7 +22,7 @@ from pipeline import recovery
 from pipeline import views
 from pipeline.assignment import assign_replicas
 from pipeline.clock import Clock, SystemClock
-from pipeline.config import to_json, validate_cluster_config, validate_topic_config
+from pipeline.config import to_json, validate_cluster_config, validate_topic_config, with_defaults
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.produce import parse_acks, record_rows, records_frame
 from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round
@@ -80,6 +80,8 @@ class Cluster:
         storage.ensure("group_offsets")  # a root made before consumer groups existed
         storage.ensure("elections")  # ... before the controller
         storage.ensure("lease")  # ... before the one-writer lease
+        storage.ensure("cleaner")  # ... before the log cleaner
+        storage.ensure("cleaner_runs")
         storage.ensure_columns("brokers")
         storage.ensure_columns("replica_state")
         views.register_views(spark, storage, brokers, config["min.insync.replicas"])
@@ -117,7 +119,7 @@ class Cluster:
         if row is None:
             raise ReplogError(ErrorCode.CLUSTER_NOT_FOUND, f"{storage.root} holds no complete cluster")
         brokers = sorted(r["broker"] for r in storage.read("brokers").select("broker").collect())
-        cluster = cls(spark, storage, clock or SystemClock(), json.loads(row["config"]), brokers)
+        cluster = cls(spark, storage, clock or SystemClock(), with_defaults(json.loads(row["config"])), brokers)
         # no round runs while no process has the cluster open: this process's first round (re)starts
         # the brokers, and the leaders reset their followers' fetch state
         # (replication.reset_follower_state_on_restart), so the time it was down counts against none
@@ -453,6 +455,29 @@ class Cluster:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be an int >= 1, got {n!r}")
         return self.spark.sql(views.lagging_replicas_sql(self.storage)).limit(n)
+
+    def compact(self) -> cleaner.CleanerReport | None:
+        """One pass of the log cleaner over every topic with cleanup.policy `compact` (Kafka's
+        log compaction; pipeline/cleaner.py has the rules): in each partition that is due (by
+        min.cleanable.dirty.ratio or max.compaction.lag.ms), below the high watermark and outside
+        min.compaction.lag.ms, every replica loses the records whose key comes again later, and
+        tombstones delete.retention.ms after a clean first passed them. Offsets never change. The
+        replication job runs it every log.cleaner.backoff.ms; it writes the broker logs, so it takes
+        the one-writer lease as a round does, and finishes an interrupted round first. Returns the
+        pass's figures (also in replog.metrics); None when no topic is compacted."""
+        self._hold_lease()
+        if not self._recovery_checked or self._replay is not None:
+            self.run_round()  # an interrupted round is undone and replayed before the logs change
+        rows = self._broker_rows()
+        down = {r["broker"] for r in rows if (r["state"] or controller.RUNNING) != controller.RUNNING}
+        unreadable = {b for b in self.brokers if b not in down and not self._log_readable(b)}
+        runs = self.storage.read("cleaner_runs").agg(F.max("run_id")).first()[0] or 0
+        return cleaner.run_cleaner(self.spark, self.storage, self.brokers, self.config, self.clock.now_ms(),
+                                   down, unreadable, runs + 1, self._hold_lease)
+
+    def cleaner_runs(self) -> DataFrame:
+        """One row per pass of the log cleaner (see compact())."""
+        return self.storage.read("cleaner_runs")
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
         """Kafka's DeleteRecords: moves the partition's log start offset to `before_offset` (-1: the

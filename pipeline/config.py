@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping
 from pipeline.errors import ErrorCode, ReplogError
 
 __all__ = ["ConfigKey", "CLUSTER_KEYS", "TOPIC_KEYS", "validate_cluster_config", "validate_topic_config",
-           "effective_topic_config", "to_json"]
+           "effective_topic_config", "to_json", "with_defaults", "compacted", "deletes"]
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class ConfigKey:
 
 
 FETCH_MODES = ("incremental", "full")
+LONG_MAX = 9223372036854775807  # Kafka's Long.MaxValue default of max.compaction.lag.ms
 
 
 def _positive(v: Any) -> bool:
@@ -39,6 +40,25 @@ def _any(_v: Any) -> bool:
 
 def _retention(v: Any) -> bool:
     return v == -1 or v >= 0
+
+
+def _policy(v: str) -> bool:
+    parts = [p.strip() for p in v.split(",")]
+    return bool(parts) and all(p in ("delete", "compact") for p in parts) and len(set(parts)) == len(parts)
+
+
+def _ratio(v: float) -> bool:
+    return 0.0 <= v <= 1.0
+
+
+def compacted(policy: str) -> bool:
+    """cleanup.policy `compact` or `compact,delete`: the log cleaner compacts the topic."""
+    return "compact" in [p.strip() for p in policy.split(",")]
+
+
+def deletes(policy: str) -> bool:
+    """cleanup.policy `delete` or `compact,delete`: retention.ms / retention.bytes apply."""
+    return "delete" in [p.strip() for p in policy.split(",")]
 
 
 _KEYS = [
@@ -65,6 +85,19 @@ _KEYS = [
     ConfigKey("retention.bytes", int, -1, _retention, "-1 or >= 0", "size retention per partition"),
     ConfigKey("log.retention.check.interval.ms", int, 300000, _positive, "> 0",
               "how often a round applies retention.ms / retention.bytes"),
+    ConfigKey("cleanup.policy", str, "delete", _policy, "delete|compact|compact,delete",
+              "delete: retention removes old records; compact: the log cleaner keeps the last value per key"),
+    ConfigKey("min.compaction.lag.ms", int, 0, _non_negative, ">= 0",
+              "a record stays uncompacted for at least this long"),
+    ConfigKey("max.compaction.lag.ms", int, LONG_MAX, _positive, "> 0",
+              "a record is compacted at the latest this long after it is written, whatever the dirty ratio"),
+    ConfigKey("min.cleanable.dirty.ratio", float, 0.5, _ratio, "in [0, 1]",
+              "the cleaner compacts a log when its dirty bytes exceed this share of its bytes"),
+    ConfigKey("delete.retention.ms", int, 86400000, _non_negative, ">= 0",
+              "a tombstone stays at least this long after the cleaner first compacted past it"),
+    ConfigKey("log.cleaner.enable", bool, True, _any, "true|false", "the replication job runs the log cleaner"),
+    ConfigKey("log.cleaner.backoff.ms", int, 15000, _positive, "> 0",
+              "the replication job runs a cleaner pass at most this often (cluster clock)"),
     ConfigKey("max.incremental.fetch.session.cache.slots", int, 1000, _non_negative, ">= 0",
               "fetch sessions each leader broker keeps (KIP-227)"),
     ConfigKey("replication.fetch.mode", str, "incremental", lambda v: v in FETCH_MODES, "incremental|full",
@@ -72,7 +105,8 @@ _KEYS = [
 ]
 CLUSTER_KEYS: dict[str, ConfigKey] = {k.name: k for k in _KEYS}
 _TOPIC_NAMES = ["replica.lag.time.max.ms", "min.insync.replicas", "unclean.leader.election.enable",
-                "retention.ms", "retention.bytes", "message.max.bytes"]
+                "retention.ms", "retention.bytes", "message.max.bytes", "cleanup.policy", "min.compaction.lag.ms",
+                "max.compaction.lag.ms", "min.cleanable.dirty.ratio", "delete.retention.ms"]
 TOPIC_KEYS: dict[str, ConfigKey] = {name: CLUSTER_KEYS[name] for name in _TOPIC_NAMES}
 
 
@@ -89,9 +123,17 @@ def _parse(key: ConfigKey, raw: Any) -> Any:
         value = raw.strip() if isinstance(raw, str) else raw
         if not isinstance(value, str) or not key.check(value):
             raise bad
-        return value
+        return ",".join(sorted(p.strip() for p in value.split(","))) if key.name == "cleanup.policy" else value
     if isinstance(raw, bool):
         raise bad
+    if key.kind is float:
+        try:
+            value = float(raw.strip()) if isinstance(raw, str) else float(raw) if isinstance(raw, (int, float)) else None
+        except ValueError:
+            value = None
+        if value is None or value != value or not key.check(value):
+            raise bad
+        return value
     if isinstance(raw, int):
         value = raw
     elif isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
@@ -130,6 +172,11 @@ def validate_topic_config(config: Mapping[str, Any] | None, replication_factor: 
         raise ReplogError(ErrorCode.INVALID_CONFIG,
                           f"'min.insync.replicas' ({min_isr}) exceeds the replication factor ({replication_factor})")
     return given
+
+
+def with_defaults(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A cluster config stored by an older release, with Kafka's defaults for keys added since."""
+    return {**{name: key.default for name, key in CLUSTER_KEYS.items()}, **stored}
 
 
 def effective_topic_config(cluster_config: Mapping[str, Any], topic_overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -45,7 +45,8 @@ def _is_under_min_isr(isr: Column, min_isr: Column) -> Column:
 def validate_produce_requests(inbox_df: DataFrame, partitions_df: DataFrame) -> DataFrame:
     """Adds `error_code` per inbox row: the leader's checks on a produce request, per partition.
 
-    partitions_df: topic, partition, leader, leader_epoch, isr, min_isr, message_max_bytes.
+    partitions_df: topic, partition, leader, leader_epoch, isr, min_isr, message_max_bytes, compact
+    (cleanup.policy has compact).
     An error on any record of a (request, partition) fails that whole part of the request, as a
     Kafka batch fails whole.
     """
@@ -57,6 +58,8 @@ def validate_produce_requests(inbox_df: DataFrame, partitions_df: DataFrame) -> 
               F.lit(ErrorCode.NOT_ENOUGH_REPLICAS))
         .when(record_size(F.col("key"), F.col("value")) > F.col("message_max_bytes"),
               F.lit(ErrorCode.MESSAGE_TOO_LARGE))
+        # Kafka's LogValidator: a compacted topic cannot accept a record without a key
+        .when(F.col("compact") & F.col("key").isNull(), F.lit(ErrorCode.INVALID_RECORD))
     )
     per_request = Window.partitionBy("request_id", "topic", "partition")
     return joined.withColumn("error_code", F.first(row_error, ignorenulls=True).over(per_request))
@@ -231,19 +234,22 @@ def fetch_response_records(fetch_df: DataFrame, leader_records_df: DataFrame) ->
 
 
 def follower_log_end(fetch_df: DataFrame, response_df: DataFrame, hw_df: DataFrame) -> DataFrame:
-    """The follower after appending a response: LEO = fetch offset + records received;
+    """The follower after appending a response: LEO = one past the last record received (the fetch
+    offset when none);
     HW = min(leader HW in the response, own LEO).
 
     fetch_df: broker, topic, partition, fetch_offset, ...; response_df: records per follower;
     hw_df: topic, partition, high_watermark (the leader's, after this fetch).
     """
-    received = response_df.groupBy("broker", *PARTITION_KEY).agg(F.count(F.lit(1)).alias("records_received"))
+    received = response_df.groupBy("broker", *PARTITION_KEY).agg(F.count(F.lit(1)).alias("records_received"),
+                                                                 F.max("offset").alias("_last_offset"))
     return (
         fetch_df.join(received, on=["broker", *PARTITION_KEY], how="left")
         .join(hw_df.select(*PARTITION_KEY, F.col("high_watermark").alias("_response_hw")),
               on=PARTITION_KEY, how="left")
         .withColumn("records_received", F.coalesce(F.col("records_received"), F.lit(0)).cast("long"))
-        .withColumn("log_end_offset", F.col("fetch_offset") + F.col("records_received"))
+        # past the last record received: a compacted log has gaps, so not fetch offset + count
+        .withColumn("log_end_offset", F.greatest(F.col("fetch_offset"), F.col("_last_offset") + 1))
         .withColumn("high_watermark", F.least(F.col("_response_hw"), F.col("log_end_offset")))
-        .drop("_response_hw")
+        .drop("_response_hw", "_last_offset")
     )

@@ -184,14 +184,18 @@ def _partition_meta(storage: Storage, config: dict[str, Any]) -> DataFrame:
     def setting(key: str, cast: str) -> Any:
         return F.coalesce(overrides.getItem(key), F.lit(str(config[key]).lower())).cast(cast)
 
+    policy = F.split(setting("cleanup.policy", "string"), ",")
+    deletes, compact = F.array_contains(policy, "delete"), F.array_contains(policy, "compact")
     topics = storage.read("topics").select(
         "topic",
         setting("min.insync.replicas", "int").alias("min_isr"),
         setting("replica.lag.time.max.ms", "long").alias("lag_time_max_ms"),
         setting("message.max.bytes", "long").alias("message_max_bytes"),
-        setting("retention.ms", "long").alias("retention_ms"),
-        setting("retention.bytes", "long").alias("retention_bytes"),
+        # retention applies under cleanup.policy delete (or compact,delete) only
+        F.when(deletes, setting("retention.ms", "long")).otherwise(F.lit(-1).cast("long")).alias("retention_ms"),
+        F.when(deletes, setting("retention.bytes", "long")).otherwise(F.lit(-1).cast("long")).alias("retention_bytes"),
         setting("unclean.leader.election.enable", "boolean").alias("unclean"),
+        compact.alias("compact"),
     )
     return storage.read("partitions").join(topics, on="topic", how="inner").drop("round_id")
 
@@ -878,7 +882,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
     watch.lap("log start requests")
     inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
     validated = rules.validate_produce_requests(
-        inbox, serving.select(*PARTITION_KEY, "leader", "leader_epoch", "isr", "min_isr", "message_max_bytes")
+        inbox, serving.select(*PARTITION_KEY, "leader", "leader_epoch", "isr", "min_isr", "message_max_bytes", "compact")
     ).localCheckpoint()
     watch.lap("read and validate inbox")
     pending = carry.pending if carry is not None else \

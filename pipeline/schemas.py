@@ -30,6 +30,8 @@ __all__ = [
     "CLIENT_SESSIONS_SCHEMA",
     "GROUP_OFFSETS_SCHEMA",
     "CONSUMER_POSITIONS_SCHEMA",
+    "CLEANER_SCHEMA",
+    "CLEANER_RUNS_SCHEMA",
     "NO_LEADER",
     "PARTITION_KEY",
     "REPLICA_KEY",
@@ -231,6 +233,35 @@ ELECTIONS_SCHEMA = _s(
     ("high_watermark", LongType(), True),  # the partition's HW under its new leader
     ("offsets_lost", LongType(), False),  # unclean: committed offsets the new leader does not hold
     ("isr", ArrayType(IntegerType(), False), False),
+)
+
+# The log cleaner's checkpoint per compacted partition (Kafka's cleaner-offset-checkpoint, and the
+# tombstone horizon of KIP-534 kept per partition instead of per batch): every replica of a partition
+# is cleaned with the same bounds, so they keep the same offsets.
+CLEANER_SCHEMA = _s(
+    ("topic", StringType(), False),
+    ("partition", IntegerType(), False),
+    ("first_dirty_offset", LongType(), False),  # the end of the last clean: the next clean's dirty part starts here
+    # tombstones below generation_end_offset were all compacted past by generation_ms; when
+    # delete.retention.ms has passed since, they may go: tombstone_horizon_offset moves up to it
+    ("generation_end_offset", LongType(), False),
+    ("generation_ms", LongType(), False),
+    ("tombstone_horizon_offset", LongType(), False),  # tombstones below it are removed
+    ("last_clean_ms", LongType(), False),
+)
+
+# Append-only: one row per cleaner pass (the replog.metrics cleaner gauges read the newest).
+CLEANER_RUNS_SCHEMA = _s(
+    ("run_id", LongType(), False),
+    ("now_ms", LongType(), False),
+    ("compacted_partitions", LongType(), False),  # partitions of compacted topics with records
+    ("partitions_cleaned", LongType(), False),
+    ("replicas_cleaned", LongType(), False),
+    ("records_removed", LongType(), False),
+    ("clean_time_ms", LongType(), False),  # wall time of the pass
+    ("max_compaction_delay_ms", LongType(), False),
+    ("max_dirty_percent", LongType(), False),
+    ("uncleanable_partitions", LongType(), False),  # replicas on a log the pass could not read or write
 )
 
 CLUSTER_SCHEMA = _s(

@@ -55,6 +55,8 @@ CLUSTER_TABLES = {
     "group_offsets": schemas.GROUP_OFFSETS_SCHEMA,
     "elections": schemas.ELECTIONS_SCHEMA,
     "lease": schemas.LEASE_SCHEMA,
+    "cleaner": schemas.CLEANER_SCHEMA,
+    "cleaner_runs": schemas.CLEANER_RUNS_SCHEMA,
 }
 _PROPS = {
     "delta.autoOptimize.optimizeWrite": "false",
@@ -265,6 +267,14 @@ class Storage:
         condition = "t.topic = s.topic AND t.partition = s.partition AND t.offset < s.log_start_offset"
         with self._tagged(round_id, self.log_path(broker), "log-start"):
             target.alias("t").merge(starts_df.alias("s"), condition).whenMatchedDelete().execute()
+
+    def delete_log_records(self, broker: int, removed_df: DataFrame, user_metadata: str) -> None:
+        """Removes single records of a broker's log (removed_df: topic, partition, offset), in one
+        commit tagged `user_metadata`: the log cleaner's compaction."""
+        target = DeltaTable.forPath(self.spark, self.log_path(broker))
+        condition = "t.topic = s.topic AND t.partition = s.partition AND t.offset = s.offset"
+        with self._metadata(user_metadata):
+            target.alias("t").merge(removed_df.alias("s"), condition).whenMatchedDelete().execute()
 
     # -- history and recovery ----------------------------------------------------------------
     def table_version(self, path: str) -> int:

@@ -66,7 +66,8 @@ WHERE l.offset >= s.log_start_offset AND l.offset < s.high_watermark"""
 
 
 def metrics_sql(storage: Storage) -> str:
-    """Kafka's replica-manager metrics, by their names, as of the newest round."""
+    """Kafka's replica-manager metrics, by their names, as of the newest round, and the log
+    cleaner's as of its newest pass."""
     rounds = _t(storage, "rounds")
     gauges = ", ".join(f"'{name}', CAST({col} AS DOUBLE)" for name, col in [
         ("UnderReplicatedPartitions", "under_replicated_partitions"),
@@ -79,6 +80,11 @@ def metrics_sql(storage: Storage) -> str:
         ("NumIncrementalFetchSessions", "incremental_fetch_sessions"),
         ("NumIncrementalFetchPartitionsCached", "incremental_fetch_partitions_cached"),
         ("IncrementalFetchSessionEvictionsPerSec", "evictions_per_sec"),
+        # the log cleaner's (Kafka's LogCleaner and LogCleanerManager gauges), from its newest pass
+        ("uncleanable-partitions-count", "coalesce(cleaner.uncleanable_partitions, 0)"),
+        ("max-clean-time-secs", "coalesce(cleaner.clean_time_ms, 0) / 1000.0"),
+        ("max-compaction-delay-secs", "coalesce(cleaner.max_compaction_delay_ms, 0) / 1000"),
+        ("max-dirty-percent", "coalesce(cleaner.max_dirty_percent, 0)"),
     ])
     return f"""
 WITH last AS (SELECT * FROM {rounds} ORDER BY round_id DESC LIMIT 1),
@@ -87,8 +93,9 @@ WITH last AS (SELECT * FROM {rounds} ORDER BY round_id DESC LIMIT 1),
                        CAST(coalesce(sum(r.fetch_session_evictions), 0) AS DOUBLE) / {RATE_WINDOW_MS // 1000}
                          AS evictions_per_sec
                 FROM {rounds} r CROSS JOIN last WHERE r.now_ms > last.now_ms - {RATE_WINDOW_MS})
-SELECT stack(10, {gauges}) AS (name, value), last.round_id, last.now_ms
-FROM last CROSS JOIN recent"""
+SELECT stack(14, {gauges}) AS (name, value), last.round_id, last.now_ms
+FROM last CROSS JOIN recent
+LEFT JOIN (SELECT * FROM {_t(storage, 'cleaner_runs')} ORDER BY run_id DESC LIMIT 1) cleaner ON true"""
 
 
 _SESSIONS_JSON = ("struct<sessions: array<struct<leader: int, fetcher: string, privileged: boolean, session_id: int, "

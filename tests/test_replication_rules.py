@@ -51,17 +51,18 @@ def test_hw_frozen_only_below_min_of_min_isr_and_replication_factor(spark):
 
 INBOX_COLS = ("request_id string, record_index long, topic string, partition int, key binary, value binary, "
               "acks int, timestamp long, producer_id long, producer_epoch int, sequence int, _commit_version long")
-META_COLS = "topic string, partition int, leader int, leader_epoch int, isr array<int>, min_isr int, message_max_bytes long"
+META_COLS = ("topic string, partition int, leader int, leader_epoch int, isr array<int>, min_isr int, "
+             "message_max_bytes long, compact boolean")
 
 
-def inbox(spark, rows):
+def inbox(spark, rows, key=None):
     return spark.createDataFrame(
-        [(r, i, t, p, None, v, a, 0, None, None, None, ver) for r, i, t, p, v, a, ver in rows], INBOX_COLS)
+        [(r, i, t, p, key, v, a, 0, None, None, None, ver) for r, i, t, p, v, a, ver in rows], INBOX_COLS)
 
 
 def test_validate_produce_requests_errors_per_request_partition(spark):
-    meta = spark.createDataFrame([("t", 0, 0, 3, [0, 1], 2, 100), ("t", 1, 1, 3, [1], 2, 100),
-                                  ("t", 2, -1, 3, [], 1, 100)], META_COLS)
+    meta = spark.createDataFrame([("t", 0, 0, 3, [0, 1], 2, 100, False), ("t", 1, 1, 3, [1], 2, 100, False),
+                                  ("t", 2, -1, 3, [], 1, 100, False)], META_COLS)
     big = b"x" * 200
     rows = [("a", 0, "t", 0, b"v", -1, 1), ("b", 0, "t", 1, b"v", -1, 1), ("c", 0, "t", 1, b"v", 1, 1),
             ("d", 0, "nope", 0, b"v", 1, 1), ("e", 0, "t", 9, b"v", 1, 1), ("f", 0, "t", 2, b"v", 1, 1),
@@ -71,6 +72,17 @@ def test_validate_produce_requests_errors_per_request_partition(spark):
                 ("d", 0, "UNKNOWN_TOPIC_OR_PARTITION"), ("e", 0, "UNKNOWN_TOPIC_OR_PARTITION"),
                 ("f", 0, "NOT_LEADER_OR_FOLLOWER"), ("g", 0, "MESSAGE_TOO_LARGE"), ("g", 1, "MESSAGE_TOO_LARGE")]
     assert_df_equality(result, spark.createDataFrame(expected, "request_id string, record_index long, error_code string"),
+                       ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_compacted_topic_refuses_a_record_without_a_key_with_invalid_record(spark):
+    # Kafka's LogValidator: "Compacted topic cannot accept message without key"
+    meta = spark.createDataFrame([("c", 0, 0, 1, [0], 1, 100, True), ("d", 0, 0, 1, [0], 1, 100, False)], META_COLS)
+    keyless = inbox(spark, [("a", 0, "c", 0, b"v", 1, 1), ("b", 0, "d", 0, b"v", 1, 1)])
+    keyed = inbox(spark, [("k", 0, "c", 0, b"v", 1, 1)], key=b"k")
+    result = validate_produce_requests(keyless.unionByName(keyed), meta).select("request_id", "error_code")
+    assert_df_equality(result, spark.createDataFrame([("a", "INVALID_RECORD"), ("b", None), ("k", None)],
+                                                     "request_id string, error_code string"),
                        ignore_row_order=True, ignore_nullable=True)
 
 
@@ -104,13 +116,15 @@ def test_fetch_response_from_fetch_offset_within_partition_max_bytes(spark):
 
 
 def test_follower_log_end_and_hw_is_min_of_leader_hw_and_own_leo(spark):
-    fetch = spark.createDataFrame([(1, "t", 0, 5, 0), (2, "t", 0, 3, 0), (1, "t", 1, 4, 4)],
+    fetch = spark.createDataFrame([(1, "t", 0, 5, 0), (2, "t", 0, 3, 0), (1, "t", 1, 4, 4), (1, "t", 2, 2, 0)],
                                   "broker int, topic string, partition int, fetch_offset long, high_watermark long")
-    response = spark.createDataFrame([("t", 0, o, None, b"v", 1) for o in (5, 6)], LOG_COLS)
-    hw = spark.createDataFrame([("t", 0, 5), ("t", 1, 4)], "topic string, partition int, high_watermark long")
+    # partition 2 is compacted: offsets 2, 3 and 5 are gone, the response has 4 and 6
+    response = spark.createDataFrame([("t", 0, o, None, b"v", 1) for o in (5, 6)]
+                                     + [("t", 2, o, None, b"v", 1) for o in (4, 6)], LOG_COLS)
+    hw = spark.createDataFrame([("t", 0, 5), ("t", 1, 4), ("t", 2, 9)], "topic string, partition int, high_watermark long")
     result = follower_log_end(fetch, response, hw).select("broker", "topic", "partition", "log_end_offset",
                                                           "high_watermark", "records_received")
-    expected = [(1, "t", 0, 7, 5, 2), (2, "t", 0, 3, 3, 0), (1, "t", 1, 4, 4, 0)]
+    expected = [(1, "t", 0, 7, 5, 2), (2, "t", 0, 3, 3, 0), (1, "t", 1, 4, 4, 0), (1, "t", 2, 7, 7, 2)]
     assert_df_equality(result, spark.createDataFrame(
         expected, "broker int, topic string, partition int, log_end_offset long, high_watermark long, "
                   "records_received long"), ignore_row_order=True, ignore_nullable=True)
