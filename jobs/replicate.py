@@ -5,7 +5,8 @@
 
 Streaming (the default): a `rate-micro-batch` source gives one micro-batch per trigger whether or
 not anything was produced (lag expiry needs time, not data), and foreachBatch runs
-`Cluster.run_round()`, the same function the API calls. The trigger interval defaults to the
+`Cluster.run_round()`, the same function the API calls, then the log cleaner's pass when
+`log.cleaner.backoff.ms` has passed (`Cluster.compact_if_due()`). The trigger interval defaults to the
 cluster's `replica.fetch.wait.max.ms`. SIGTERM (or Ctrl-C) to the job's Python process (its pid is
 logged at start) stops the query after the round in progress; a restart resumes from the
 checkpoint. (SIGTERM to the spark-submit JVM stops Spark at once, possibly mid-round.)
@@ -83,6 +84,16 @@ def _progress(report: Any) -> str:
             f"{report.duration_ms} ms")
 
 
+def _clean(cluster: Any) -> None:
+    """The log cleaner's pass when log.cleaner.backoff.ms has passed (Cluster.compact_if_due)."""
+    report = cluster.compact_if_due()
+    if report is not None:
+        LOG.info("log cleaner run %d: cleaned %d of %d compacted partitions (%d replicas), removed %d records, "
+                 "%d ms, max compaction delay %d ms, %d uncleanable", report.run_id, report.partitions_cleaned,
+                 report.compacted_partitions, report.replicas_cleaned, report.records_removed, report.clean_time_ms,
+                 report.max_compaction_delay_ms, report.uncleanable_partitions)
+
+
 def run_available_now(cluster: Any, max_stalled: int) -> int:
     """Rounds until quiet (nothing pending, every partition settled) or stalled; the round count."""
     stalled, rounds = 0, 0
@@ -90,6 +101,7 @@ def run_available_now(cluster: Any, max_stalled: int) -> int:
         report = cluster.run_round()
         rounds += 1
         LOG.info(_progress(report))
+        _clean(cluster)
         if report.pending_requests == 0 and report.active_partitions == 0:
             return rounds
         moved = (report.records_appended or report.records_replicated or report.requests_acked
@@ -135,6 +147,7 @@ def run_streaming(spark: Any, cluster: Any, interval_ms: int, checkpoint: str) -
                 LOG.info("batch %d: its round already ran before the restart; skipped", batch_id)
                 return
             LOG.info("batch %d: %s", batch_id, _progress(cluster.run_round(batch_id=batch_id)))
+            _clean(cluster)
 
     spark.streams.addListener(Progress())
     query = (

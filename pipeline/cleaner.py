@@ -185,18 +185,20 @@ def _compacted_topics(spark: SparkSession, storage: Storage, cluster_config: dic
 
 
 def run_cleaner(spark: SparkSession, storage: Storage, brokers: list[int], cluster_config: dict[str, Any],
-                now_ms: int, down: set[int], unreadable: set[int], run_id: int,
+                now_ms: int, down: set[int], log_readable: Callable[[int], bool],
                 before_commit: Callable[[], None]) -> CleanerReport | None:
     """One pass over every compacted partition (see the module's text). `down`: brokers that are
-    stopped or fenced (skipped); `unreadable`: brokers whose log cannot be read (their replicas count
-    as uncleanable). `before_commit` runs before each commit (the one-writer lease). None when no
-    topic is compacted (nothing is written)."""
+    not running (skipped); a broker whose log cannot be read (`log_readable`) is skipped too, and
+    its replicas count as uncleanable. `before_commit` runs before each commit (the one-writer
+    lease). None when no topic is compacted (nothing is written)."""
     started = time.monotonic()
     topics = _compacted_topics(spark, storage, cluster_config)
     if topics is None:
         return None
     storage.ensure("cleaner")
     storage.ensure("cleaner_runs")
+    run_id = (storage.read("cleaner_runs").agg(F.max("run_id")).first()[0] or 0) + 1
+    unreadable = {b for b in brokers if b not in down and not log_readable(b)}
     names = F.broadcast(topics.select("topic"))
     parts = (storage.read("partitions").join(names, on="topic")
              .select(*PARTITION_KEY, "leader", "leader_epoch", "replicas"))

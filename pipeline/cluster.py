@@ -67,6 +67,7 @@ class Cluster:
         self._pairs: tuple[int, dict[tuple[int, int], int]] | None = None  # (partitions version, fetch pairs)
         self._clients: tuple[int, consumer.ClientSessions] | None = None  # (version, consumers' sessions)
         self._consumer_requests: dict[str, list[sessions.Context]] = {}
+        self._last_clean_ms: int | None = None  # the log cleaner's last pass (compact_if_due)
         self._carry: Carry | None = None  # the last round's state, pinned (see round.Carry)
         self._restarted = False  # set by open(): the next round is this process's first
         # the one-writer lease: who this object is, and its (job epoch, lease table version) once held
@@ -435,15 +436,30 @@ class Cluster:
         FETCH_SESSION_ID_NOT_FOUND (its session was evicted) serves nothing this call and the next
         call opens a new session with a full fetch: nothing is skipped or returned twice.
         Returns topic, partition, offset, leader_epoch, timestamp, key, value (pinned)."""
+        fetched = self.fetch_incremental(consumer_id, topic)
+        fetched.commit()
+        return fetched.records
+
+    def fetch_incremental(self, consumer_id: str, topic: str) -> consumer.Fetched:
+        """read_incremental's fetch without moving the consumer's positions yet: the records, the
+        ranges read per partition, and `commit()` (pipeline/stream.py records the ranges first)."""
         if not isinstance(consumer_id, str) or not consumer_id:
             raise ValueError(f"consumer_id must be a non-empty str, got {consumer_id!r}")
         if not isinstance(topic, str) or self._topic(topic) is None:
             raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
-        records, contexts = consumer.read_incremental(
+        fetched = consumer.fetch_incremental(
             self.storage, self.brokers, self._round_sessions()[0], consumer_id, topic, self.clock.now_ms(),
             self.config["max.incremental.fetch.session.cache.slots"], self._rng)
-        self._consumer_requests[consumer_id] = contexts
-        return records
+        self._consumer_requests[consumer_id] = fetched.contexts
+        return fetched
+
+    def stream(self, topic: str, consumer_id: str, process: Any, checkpoint: str,
+               trigger: Mapping[str, Any] | None = None) -> Any:
+        """A Structured Streaming query calling `process(records, batch_id)` with the committed
+        records of `topic` that `consumer_id` has not processed, a micro-batch after rounds have
+        run; a batch Spark retries reads the same records (pipeline/stream.py)."""
+        from pipeline.stream import committed_stream
+        return committed_stream(self, topic, consumer_id, process, checkpoint, dict(trigger) if trigger else None)
 
     def consumer_fetch_requests(self, consumer_id: str) -> list[sessions.Context]:
         """What each leader made of `consumer_id`'s fetch requests in its last read_incremental
@@ -470,10 +486,22 @@ class Cluster:
             self.run_round()  # an interrupted round is undone and replayed before the logs change
         rows = self._broker_rows()
         down = {r["broker"] for r in rows if (r["state"] or controller.RUNNING) != controller.RUNNING}
-        unreadable = {b for b in self.brokers if b not in down and not self._log_readable(b)}
-        runs = self.storage.read("cleaner_runs").agg(F.max("run_id")).first()[0] or 0
         return cleaner.run_cleaner(self.spark, self.storage, self.brokers, self.config, self.clock.now_ms(),
-                                   down, unreadable, runs + 1, self._hold_lease)
+                                   down, self._log_readable, self._hold_lease)
+
+    def compact_if_due(self) -> cleaner.CleanerReport | None:
+        """The replication job's cleaner step, after each round: a compact() pass when
+        log.cleaner.enable is on and log.cleaner.backoff.ms (by the cluster clock) has passed since
+        the last pass; None otherwise."""
+        if not self.config["log.cleaner.enable"]:
+            return None
+        now = self.clock.now_ms()
+        if self._last_clean_ms is None:
+            self._last_clean_ms = self.storage.read("cleaner_runs").agg(F.max("now_ms")).first()[0]
+        if self._last_clean_ms is not None and now - self._last_clean_ms < self.config["log.cleaner.backoff.ms"]:
+            return None
+        self._last_clean_ms = now
+        return self.compact()
 
     def cleaner_runs(self) -> DataFrame:
         """One row per pass of the log cleaner (see compact())."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 from functools import reduce
+from typing import Callable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -26,7 +27,8 @@ from pipeline.schemas import CLIENT_SESSIONS_SCHEMA, CONSUMER_POSITIONS_SCHEMA, 
 from pipeline.storage import Storage
 
 __all__ = ["CONSUMER_PREFIX", "consumer_fetcher", "ClientSessions", "load_client_sessions",
-           "client_session_rows", "save_client_sessions", "client_cache_after_round", "read_incremental"]
+           "client_session_rows", "save_client_sessions", "client_cache_after_round", "read_incremental",
+           "Fetched", "fetch_incremental", "advance_positions"]
 
 CONSUMER_PREFIX = "consumer-"
 _POSITION_KEY = ["consumer_id", "topic", "partition"]
@@ -76,14 +78,34 @@ def save_client_sessions(storage: Storage, state: ClientSessions) -> None:
                             "client_sessions")
 
 
+@dataclass(frozen=True)
+class Fetched:
+    """One consumer fetch before it is committed: the records, the leaders' contexts, the ranges
+    it read per partition (topic, partition, start_offset, end_offset: the HW it moves to), and
+    `commit`, which saves the sessions and moves the positions."""
+
+    records: DataFrame
+    contexts: list
+    ranges: DataFrame
+    commit: Callable[[], None]
+
+
 def read_incremental(storage: Storage, brokers: list[int], round_sessions: list[sessions.Session],
                      consumer_id: str, topic: str, now_ms: int, slots: int,
                      rng: random.Random) -> tuple[DataFrame, list[sessions.Context]]:
-    """One fetch of `consumer_id` for `topic` from each leader of its partitions. Returns (the
-    records: topic, partition, offset, leader_epoch, timestamp, key, value of every partition the
-    responses carried; the leaders' contexts, with the partitions each response carried).
-    `round_sessions`: the sessions after the newest round (its followers' share the leaders'
-    caches)."""
+    """One fetch of `consumer_id` for `topic` from each leader of its partitions, committed.
+    Returns (the records: topic, partition, offset, leader_epoch, timestamp, key, value of every
+    partition the responses carried; the leaders' contexts, with the partitions each response
+    carried). `round_sessions`: the sessions after the newest round (its followers' share the
+    leaders' caches)."""
+    fetched = fetch_incremental(storage, brokers, round_sessions, consumer_id, topic, now_ms, slots, rng)
+    fetched.commit()
+    return fetched.records, fetched.contexts
+
+
+def fetch_incremental(storage: Storage, brokers: list[int], round_sessions: list[sessions.Session],
+                      consumer_id: str, topic: str, now_ms: int, slots: int, rng: random.Random) -> Fetched:
+    """read_incremental's fetch, not yet committed (see Fetched)."""
     spark = storage.spark
     storage.ensure("consumer_positions")
     fetcher = consumer_fetcher(consumer_id)
@@ -150,16 +172,32 @@ def read_incremental(storage: Storage, brokers: list[int], round_sessions: list[
         F.when(cached, F.col("high_watermark")).otherwise(unknown).alias("cached_high_watermark"),
         F.when(cached, F.col("log_start_offset")).otherwise(unknown).alias("cached_log_start_offset"),
         F.lit(now_ms).cast("long").alias("updated_ms"))
-    # the sessions first: a crash before the positions land leaves positions the next call serves
-    # again from (nothing skipped), where the other order could skip a response never returned
-    consumers = [s for s in cache if not s.privileged]
-    followers_evicted = [s for s in evicted if s.privileged]
-    save_client_sessions(storage, ClientSessions(
-        consumers, [h for h in clients.handles if h.fetcher != fetcher] + list(handles.values()),
-        clients.evicted + followers_evicted))
-    storage.upsert(moved.select(*CONSUMER_POSITIONS_SCHEMA.fieldNames()), "consumer_positions", _POSITION_KEY)
+    def commit() -> None:
+        # the sessions first: a crash before the positions land leaves positions the next call
+        # serves again from (nothing skipped), where the other order could skip a response never
+        # returned
+        consumers = [s for s in cache if not s.privileged]
+        followers_evicted = [s for s in evicted if s.privileged]
+        save_client_sessions(storage, ClientSessions(
+            consumers, [h for h in clients.handles if h.fetcher != fetcher] + list(handles.values()),
+            clients.evicted + followers_evicted))
+        storage.upsert(moved.select(*CONSUMER_POSITIONS_SCHEMA.fieldNames()), "consumer_positions", _POSITION_KEY)
 
-    return records, contexts
+    ranges = served.select(*PARTITION_KEY, F.col("from_offset").alias("start_offset"),
+                           F.col("high_watermark").alias("end_offset"))
+    return Fetched(records, contexts, ranges, commit)
+
+
+def advance_positions(storage: Storage, consumer_id: str, ranges_df: DataFrame, now_ms: int) -> None:
+    """Moves `consumer_id`'s positions up to each range's end_offset (never back); a partition
+    without a position gets one, outside any session (its next fetch serves it whole)."""
+    storage.ensure("consumer_positions")
+    rows = ranges_df.select(
+        F.lit(consumer_id).alias("consumer_id"), *PARTITION_KEY, F.col("end_offset").alias("position"),
+        F.lit(0).alias("session_id"), F.lit(-1).cast("long").alias("cached_high_watermark"),
+        F.lit(-1).cast("long").alias("cached_log_start_offset"), F.lit(now_ms).cast("long").alias("updated_ms"))
+    storage.update_if(rows.select(*CONSUMER_POSITIONS_SCHEMA.fieldNames()), "consumer_positions", _POSITION_KEY,
+                      only_if="t.position < s.position", insert=True)
 
 
 def client_cache_after_round(clients: ClientSessions, after: list[sessions.Session]) -> ClientSessions | None:

@@ -32,6 +32,7 @@ __all__ = [
     "CONSUMER_POSITIONS_SCHEMA",
     "CLEANER_SCHEMA",
     "CLEANER_RUNS_SCHEMA",
+    "STREAM_BATCHES_SCHEMA",
     "NO_LEADER",
     "PARTITION_KEY",
     "REPLICA_KEY",
@@ -262,6 +263,17 @@ CLEANER_RUNS_SCHEMA = _s(
     ("max_compaction_delay_ms", LongType(), False),
     ("max_dirty_percent", LongType(), False),
     ("uncleanable_partitions", LongType(), False),  # replicas on a log the pass could not read or write
+)
+
+# Append-only: the ranges each micro-batch of a consumer's stream read (pipeline/stream.py), so a
+# batch Spark runs again reads the same records.
+STREAM_BATCHES_SCHEMA = _s(
+    ("consumer_id", StringType(), False),
+    ("topic", StringType(), False),
+    ("batch_id", LongType(), False),
+    ("partition", IntegerType(), False),
+    ("start_offset", LongType(), False),
+    ("end_offset", LongType(), False),
 )
 
 CLUSTER_SCHEMA = _s(

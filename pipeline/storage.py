@@ -57,6 +57,7 @@ CLUSTER_TABLES = {
     "lease": schemas.LEASE_SCHEMA,
     "cleaner": schemas.CLEANER_SCHEMA,
     "cleaner_runs": schemas.CLEANER_RUNS_SCHEMA,
+    "stream_batches": schemas.STREAM_BATCHES_SCHEMA,
 }
 _PROPS = {
     "delta.autoOptimize.optimizeWrite": "false",

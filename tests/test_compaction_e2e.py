@@ -108,9 +108,15 @@ def test_compaction_keeps_the_last_value_of_every_key_on_every_replica(spark, tm
     assert metrics["uncleanable-partitions-count"] == 0
     assert metrics["max-clean-time-secs"] == report.clean_time_ms / 1000 > 0
 
+    # the job's step: a pass once log.cleaner.backoff.ms (15 s) has passed since the last one
+    assert cluster.compact_if_due() is None
+    clock.advance(15_000)
+    assert cluster.compact_if_due().run_id == 3
+    assert cluster.compact_if_due() is None
+
     # a log directory that cannot be read: its replica is uncleanable, the pass still completes
     shutil.rmtree(cluster.storage.log_path(1))
     report = cluster.compact()
     assert report.uncleanable_partitions == 1
     assert _metrics(cluster)["uncleanable-partitions-count"] == 1
-    assert cluster.cleaner_runs().count() == 3
+    assert cluster.cleaner_runs().count() == 4

@@ -66,6 +66,14 @@ def test_invalid_acks(cluster, acks):
     ({"replica.lag.time.max.ms": -5}, "replica.lag.time.max.ms"),
     ({"unclean.leader.election.enable": "yes"}, "unclean.leader.election.enable"),
     ({"min.insync.replicas": 3}, "min.insync.replicas"),  # above the replication factor 2
+    ({"cleanup.policy": "compact,compact"}, "cleanup.policy"),
+    ({"cleanup.policy": "forever"}, "cleanup.policy"),
+    ({"min.cleanable.dirty.ratio": 1.5}, "min.cleanable.dirty.ratio"),
+    ({"min.cleanable.dirty.ratio": "half"}, "min.cleanable.dirty.ratio"),
+    ({"min.cleanable.dirty.ratio": True}, "min.cleanable.dirty.ratio"),
+    ({"max.compaction.lag.ms": 0}, "max.compaction.lag.ms"),
+    ({"delete.retention.ms": -1}, "delete.retention.ms"),
+    ({"log.cleaner.backoff.ms": 100}, "log.cleaner.backoff.ms"),  # a cluster key, not a topic's
 ])
 def test_invalid_topic_config_names_the_key(cluster, config, key):
     err = assert_refused(cluster, "INVALID_CONFIG", cluster.create_topic, "cfg", 1, 2, config)
@@ -83,6 +91,12 @@ def test_invalid_cluster_config_creates_nothing(spark, tmp_path, config, key):
         Cluster.create(spark, str(root), brokers=1, config=config)
     assert err.value.code == "INVALID_CONFIG"
     assert not root.exists()
+
+
+def test_topic_config_values_are_normalized():
+    from pipeline.config import validate_topic_config
+    assert validate_topic_config({"cleanup.policy": " delete, compact", "min.cleanable.dirty.ratio": "0.25"}, 1) == \
+        {"cleanup.policy": "compact,delete", "min.cleanable.dirty.ratio": 0.25}
 
 
 def test_create_on_existing_cluster_and_open_on_empty_root(spark, cluster, tmp_path):
