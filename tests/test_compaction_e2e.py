@@ -24,6 +24,11 @@ def _log(cluster, topic, broker, isolation="read_uncommitted"):
             for r in cluster.read(topic, partition=0, replica=broker, isolation=isolation).orderBy("offset").collect()]
 
 
+def _records(df):
+    return [(r["offset"], r["key"].decode(), r["value"].decode() if r["value"] is not None else None)
+            for r in df.orderBy("offset").collect()]
+
+
 def _state(cluster, topic, broker):
     return cluster.storage.read("replica_state").filter((F.col("topic") == topic) & (F.col("broker") == broker)).first()
 
@@ -61,6 +66,8 @@ def test_compaction_keeps_the_last_value_of_every_key_on_every_replica(spark, tm
     assert (results[keyless]["status"], results[keyless]["error_code"]) == ("error", "INVALID_RECORD")
     written = [(o, k, v) for o, (k, v) in enumerate(writes)]
     assert [_log(cluster, "kv", b) for b in range(3)] == [written] * 3
+    # a consumer that keeps up with the head (Kafka's first guarantee) reads every record
+    tail = _records(cluster.read_incremental("tail", "kv"))
 
     # the first clean: below the HW (10) and the last record (9); offset 0 starts epoch 0 and stays,
     # k4's v1 stays (its v2 is at the first uncleanable offset), the tombstone stays (too young)
@@ -89,6 +96,8 @@ def test_compaction_keeps_the_last_value_of_every_key_on_every_replica(spark, tm
     update = cluster.produce("kv", [{"key": "k1", "value": "v3", "partition": 0}], acks="all")
     _round(cluster, clock), _round(cluster, clock)
     assert cluster.produce_results().filter(F.col("request_id") == update).first()["status"] == "acked"
+    tail += _records(cluster.read_incremental("tail", "kv"))
+    assert tail == written + [(10, "k1", "v3")]
     assert [_state(cluster, "kv", b)["log_start_offset"] for b in range(3)] == [0, 0, 0]
     assert _state(cluster, "plain", cluster.describe("plain").first()["leader"])["log_start_offset"] == 1
     # one dirty record (k4 v2) of six: under the dirty ratio, but older than max.compaction.lag.ms
