@@ -1,7 +1,7 @@
 PY := .venv/bin/python
 ROOT ?= demo-root
 
-.PHONY: setup test test-integration test-airflow airflow-setup demo clean profile bench
+.PHONY: setup test test-integration test-airflow airflow-setup demo clean profile bench soak
 
 setup:
 	@bash scripts/setup.sh
@@ -14,6 +14,13 @@ test: setup
 # the jobs run as users run them: spark-submit subprocesses (minutes; CI runs it after make test)
 test-integration: setup
 	$(PY) -m pytest -m integration
+
+# the fault-injection soak (tests/soak/): SEEDS seeds from SEED, EVENTS events each
+SEED ?= 1
+SEEDS ?= 1
+EVENTS ?= 300
+soak: setup
+	$(PY) -m tests.soak.run --seed $(SEED) --seeds $(SEEDS) --events $(EVENTS)
 
 demo: setup
 	$(PY) jobs/demo.py --root $(ROOT)

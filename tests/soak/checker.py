@@ -1,0 +1,195 @@
+"""The soak's checker: reads a cluster's Delta tables straight from their paths and checks the
+guarantees of a replicated log. It shares no code with `pipeline/` on purpose: what it knows is the
+table layout (<root>/cluster/<table>, <root>/brokers/<id>/log) and the column names, so a bug in
+the pipeline's own reading code cannot hide a bug in what the pipeline wrote.
+
+Checked after every round (Violation names the check and the evidence):
+
+- acked: every acks=all request acknowledged on a clean topic (unclean leader election off) has
+  each of its records on the partition's leader at the offset acknowledged (unless delete_records
+  or retention removed it: below the leader's log start offset);
+- duplicates: no replica holds an offset twice, and no produced value appears twice in a replica;
+- diverged: two replicas of a clean topic hold the same records below min(their HWs);
+- hw_back: a clean topic's HW (the leader's) never moves back;
+- gap: every replica holds every offset from its log start offset to its LEO, nothing above;
+- isr: a partition's leader is in its ISR;
+- unclean: no leader is elected from outside the ISR on a clean topic;
+- read: a read_committed reader was never served an offset at or above the HW (`check_read`).
+
+`check_settled` at the end: every produce request with acks 1 or all ended acked or failed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+
+class Violation(AssertionError):
+    def __init__(self, check: str, detail: str):
+        super().__init__(f"[{check}] {detail}")
+        self.check = check
+
+
+@dataclass
+class Expected:
+    """What the soak's driver sent: per request, its acks and its records' (partition, value) in
+    order; the topics whose unclean leader election is on."""
+
+    requests: dict = field(default_factory=dict)  # request_id -> (topic, acks, [(partition, value)])
+    unclean_topics: set = field(default_factory=set)
+
+
+class Checker:
+    def __init__(self, spark, root: str, expected: Expected):
+        self.spark, self.root, self.expected = spark, root, expected
+        self.last_hw: dict[tuple[str, int], int] = {}
+        self.last_isr: dict[tuple[str, int], list[int]] = {}
+        self.checked_elections = 0
+
+    # -- reading (by path) -----------------------------------------------------------------
+    def _table(self, name: str):
+        return self.spark.read.format("delta").load(os.path.join(self.root, "cluster", name))
+
+    def _brokers(self) -> list[int]:
+        return sorted(r["broker"] for r in self._table("brokers").select("broker").collect())
+
+    def _log_rows(self, broker: int) -> list:
+        path = os.path.join(self.root, "brokers", str(broker), "log")
+        if not os.path.exists(os.path.join(path, "_delta_log")):
+            return []  # a lost disk: the broker is down and holds nothing
+        return self.spark.read.format("delta").load(path).select(
+            "topic", "partition", "offset", "leader_epoch", "value").collect()
+
+    def snapshot(self) -> dict:
+        partitions = {(r["topic"], r["partition"]): r.asDict() for r in self._table("partitions").collect()}
+        state = {(r["topic"], r["partition"], r["broker"]): r.asDict() for r in
+                 self._table("replica_state").select("topic", "partition", "broker", "log_start_offset",
+                                                     "log_end_offset", "high_watermark").collect()}
+        logs = defaultdict(list)  # (topic, partition, broker) -> [(offset, epoch, value)]
+        present = set()  # brokers whose log directory exists (not a lost disk)
+        for broker in self._brokers():
+            if os.path.exists(os.path.join(self.root, "brokers", str(broker), "log", "_delta_log")):
+                present.add(broker)
+            for r in self._log_rows(broker):
+                value = bytes(r["value"]).decode() if r["value"] is not None else None
+                logs[(r["topic"], r["partition"], broker)].append((r["offset"], r["leader_epoch"], value))
+        for rows in logs.values():
+            rows.sort()
+        results = {}
+        for r in self._table("results").select("request_id", "topic", "partition", "base_offset", "status",
+                                               "error_code", "round_id").collect():
+            key = (r["request_id"], r["topic"], r["partition"])
+            if key not in results or results[key]["round_id"] < r["round_id"]:
+                results[key] = r.asDict()
+        elections = sorted((r.asDict() for r in self._table("elections").collect()),
+                           key=lambda e: (e["round_id"], e["topic"], e["partition"]))
+        return {"partitions": partitions, "state": state, "logs": logs, "results": results, "elections": elections,
+                "present": present}
+
+    # -- the checks --------------------------------------------------------------------------
+    def check(self, snap: dict | None = None) -> dict:
+        snap = snap or self.snapshot()
+        parts, state, logs = snap["partitions"], snap["state"], snap["logs"]
+        clean = lambda topic: topic not in self.expected.unclean_topics  # noqa: E731
+
+        for (topic, partition), p in parts.items():
+            if p["leader"] >= 0 and p["leader"] not in p["isr"]:
+                raise Violation("isr", f"{topic}-{partition}: leader {p['leader']} not in ISR {p['isr']}")
+
+        for key, rows in logs.items():
+            offsets = [o for o, _, _ in rows]
+            if any(o >= state[key]["log_end_offset"] for o in offsets if key in state):
+                raise Violation("gap", f"{key}: holds offsets at or above its LEO {state[key]['log_end_offset']}")
+            if len(offsets) != len(set(offsets)):
+                dup = sorted(o for o in set(offsets) if offsets.count(o) > 1)
+                raise Violation("duplicates", f"{key}: offsets held twice: {dup[:10]}")
+            values = [v for _, _, v in rows if v is not None]
+            if len(values) != len(set(values)):
+                raise Violation("duplicates", f"{key}: a value appears twice")
+        for key, s in state.items():
+            if key[2] not in snap["present"]:
+                continue
+            held = [o for o, _, _ in logs.get(key, []) if o >= s["log_start_offset"]]
+            expected = list(range(s["log_start_offset"], s["log_end_offset"]))
+            if held != expected:
+                raise Violation("gap", f"{key}: holds {held[:20]}... where [{s['log_start_offset']}, "
+                                       f"{s['log_end_offset']}) is expected")
+
+        by_partition = defaultdict(list)
+        for (topic, partition, broker), s in state.items():
+            if broker in snap["present"]:
+                by_partition[(topic, partition)].append((broker, s))
+        for (topic, partition), replicas in by_partition.items():
+            p = parts.get((topic, partition))
+            if p is None or not clean(topic):
+                continue
+            if p["leader"] >= 0:
+                hw = state[(topic, partition, p["leader"])]["high_watermark"]
+                before = self.last_hw.get((topic, partition))
+                if before is not None and hw < before:
+                    raise Violation("hw_back", f"{topic}-{partition}: HW {before} -> {hw}")
+                self.last_hw[(topic, partition)] = hw
+            for i, (a, sa) in enumerate(replicas):
+                for b, sb in replicas[i + 1:]:
+                    lo = max(sa["log_start_offset"], sb["log_start_offset"])
+                    hi = min(sa["high_watermark"], sb["high_watermark"])
+                    ra = [r for r in logs.get((topic, partition, a), []) if lo <= r[0] < hi]
+                    rb = [r for r in logs.get((topic, partition, b), []) if lo <= r[0] < hi]
+                    if ra != rb:
+                        raise Violation("diverged", f"{topic}-{partition}: brokers {a} and {b} differ in [{lo}, {hi})")
+
+        for e in snap["elections"][self.checked_elections:]:
+            if clean(e["topic"]):
+                if e["election"] == "unclean":
+                    raise Violation("unclean", f"unclean election on clean topic: {e}")
+                isr_before = self.last_isr.get((e["topic"], e["partition"]))
+                if e["leader"] >= 0 and isr_before is not None and e["leader"] not in isr_before:
+                    raise Violation("unclean", f"{e['topic']}-{e['partition']}: leader {e['leader']} elected from "
+                                               f"outside the ISR {isr_before}: {e}")
+        self.checked_elections = len(snap["elections"])
+        self.last_isr = {k: list(p["isr"]) for k, p in parts.items()}
+
+        for request_id, (topic, acks, records) in self.expected.requests.items():
+            if acks != -1 or not clean(topic):
+                continue
+            by_p = defaultdict(list)
+            for partition, value in records:
+                by_p[partition].append(value)
+            for partition, values in by_p.items():
+                result = snap["results"].get((request_id, topic, partition))
+                if result is None or result["status"] != "acked":
+                    continue
+                p = parts[(topic, partition)]
+                if p["leader"] < 0:
+                    continue
+                leader = {o: v for o, _, v in logs.get((topic, partition, p["leader"]), [])}
+                lso = state[(topic, partition, p["leader"])]["log_start_offset"]
+                for i, value in enumerate(values):
+                    offset = result["base_offset"] + i
+                    if offset >= lso and leader.get(offset) != value:
+                        raise Violation("acked", f"request {request_id} acked {value!r} at {topic}-{partition} "
+                                                 f"offset {offset}; the leader {p['leader']} holds "
+                                                 f"{leader.get(offset)!r} there")
+        return snap
+
+    def check_read(self, topic: str, served: list[tuple[int, int]], snap: dict) -> None:
+        """`served`: (partition, offset) a read_committed reader got; none may be at or above the
+        leader's HW."""
+        for partition, offset in served:
+            p = snap["partitions"][(topic, partition)]
+            hw = snap["state"][(topic, partition, p["leader"])]["high_watermark"] if p["leader"] >= 0 else 0
+            if offset >= hw:
+                raise Violation("read", f"{topic}-{partition}: read_committed served offset {offset}, HW {hw}")
+
+    def check_settled(self, snap: dict) -> None:
+        for request_id, (topic, acks, records) in self.expected.requests.items():
+            if acks == 0:
+                continue
+            for partition in {p for p, _ in records}:
+                result = snap["results"].get((request_id, topic, partition))
+                status = result["status"] if result else None
+                if status not in ("acked", "error"):
+                    raise Violation("settled", f"request {request_id} ({topic}-{partition}, acks {acks}) ended "
+                                               f"{status!r} after the cluster healed")
