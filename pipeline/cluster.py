@@ -27,7 +27,7 @@ from pipeline.errors import ErrorCode, ReplogError
 from pipeline.produce import parse_acks, record_rows, records_frame
 from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round
 from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLUSTER_SCHEMA, GROUP_OFFSETS_SCHEMA, INBOX_SCHEMA,
-                              LEASE_SCHEMA, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
+                              LEASE_SCHEMA, LOG_SCHEMA, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
 from pipeline.storage import Storage
 
 __all__ = ["Cluster"]
@@ -40,6 +40,10 @@ def _validate_topic_name(name: Any) -> None:
     if not isinstance(name, str) or not _TOPIC_NAME.match(name) or name in (".", ".."):
         raise ReplogError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                           f"topic name {name!r} is invalid: use 1 to 249 of [a-zA-Z0-9._-], not '.' or '..'")
+
+
+# the tables every cluster has had since the first release (open() checks they are there)
+_REQUIRED_TABLES = ("brokers", "topics", "partitions", "replica_state", "inbox", "results", "rounds")
 
 
 class Cluster:
@@ -119,6 +123,11 @@ class Cluster:
         row = storage.read("cluster").first()
         if row is None:
             raise ReplogError(ErrorCode.CLUSTER_NOT_FOUND, f"{storage.root} holds no complete cluster")
+        for table in _REQUIRED_TABLES:
+            if not storage.path_exists(f"{storage.path(table)}/_delta_log"):
+                raise ReplogError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                  f"the cluster at {storage.root} has lost its '{table}' table ({storage.path(table)} "
+                                  "is not a Delta table): restore it from a backup or Delta's history")
         brokers = sorted(r["broker"] for r in storage.read("brokers").select("broker").collect())
         cluster = cls(spark, storage, clock or SystemClock(), with_defaults(json.loads(row["config"])), brokers)
         # no round runs while no process has the cluster open: this process's first round (re)starts
@@ -299,6 +308,7 @@ class Cluster:
         `replication.fetch.mode=full` every round fetches every partition."""
         self._hold_lease()
         if not self._recovery_checked:
+            self._check_logs()
             replay = recovery.recover(self.storage, self.brokers, self._round_id)
             self._recovery_checked = True
             if replay is not None:
@@ -347,6 +357,37 @@ class Cluster:
         self._restarted = self._restarted and replay is not None
         self._last_report, self._seen, self._replay = report, seen, None
         return report
+
+    def _check_logs(self) -> None:
+        """Before this object's first round (and after a failed one): the log of every broker that
+        runs is a Delta table with the log's columns. A log directory that is gone, replaced or
+        foreign is Kafka's failed log dir: KAFKA_STORAGE_ERROR, before anything is written, saying
+        how to restart the broker empty (it refetches from the leaders)."""
+        for r in self._broker_rows():
+            broker, state = r["broker"], r["state"] or controller.RUNNING
+            if state in (controller.STOPPED, controller.FENCED):
+                continue
+            problem = self._log_problem(broker)
+            if problem:
+                raise ReplogError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                  f"the log of broker {broker} at {self.storage.log_path(broker)} {problem}: "
+                                  f"stop_broker({broker}) and start_broker({broker}) restart it empty, to refetch "
+                                  "from the leaders")
+
+    def _log_problem(self, broker: int) -> str | None:
+        """What is wrong with a broker's log directory (None: it is a readable Delta table with the
+        log's columns)."""
+        path = self.storage.log_path(broker)
+        if not self.storage.path_exists(f"{path}/_delta_log"):
+            return "is not a Delta table"
+        try:
+            df = self.storage.read_log(broker)
+            columns = {f.name: f.dataType for f in df.schema.fields}
+            df.limit(1).collect()
+        except Exception as e:  # a corrupted log
+            return f"cannot be read ({type(e).__name__})"
+        wrong = [f.name for f in LOG_SCHEMA.fields if columns.get(f.name) != f.dataType]
+        return f"has a foreign schema (columns {wrong} missing or of another type)" if wrong else None
 
     def _lease_row(self):
         return self.storage.read("lease").filter(F.col("lease") == "replication").first()
@@ -645,7 +686,8 @@ class Cluster:
             starts = groups.group_start_offsets(state, committed, auto_offset_reset)
             state = state.join(starts.select("topic", "partition", "start_offset"), on=["topic", "partition"])
             start = F.col("start_offset")
-        logs = self.spark.sql(views.logs_sql(self.storage, self.brokers)).filter(F.col("topic") == topic)
+        hosts = [replica] if replica is not None else self.brokers  # a replica's read needs only its log
+        logs = self.spark.sql(views.logs_sql(self.storage, hosts)).filter(F.col("topic") == topic)
         return (
             logs.join(state, on=["topic", "partition", "broker"], how="inner")
             .filter((F.col("offset") >= start) & (F.col("offset") < F.col(upper)))
@@ -708,14 +750,8 @@ class Cluster:
         self._set_broker(broker, state=controller.STARTING, last_heartbeat_ms=self.clock.now_ms(), log_lost=lost)
 
     def _log_readable(self, broker: int) -> bool:
-        path = self.storage.log_path(broker)
-        if not self.storage.path_exists(f"{path}/_delta_log"):
-            return False
-        try:
-            self.storage.read_log(broker).limit(1).collect()
-            return True
-        except Exception:  # a corrupted log: restart it empty, as Kafka does with a failed log dir
-            return False
+        # a missing, corrupted or foreign log: restart it empty, as Kafka does with a failed log dir
+        return self._log_problem(broker) is None
 
     def _recreate_log(self, broker: int) -> None:
         """An empty log for `broker` and its replicas' offsets back to 0 (they refetch from the

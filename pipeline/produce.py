@@ -7,7 +7,7 @@ from typing import Any, Iterable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, IntegerType, StringType
+from pyspark.sql.types import BinaryType, ByteType, IntegerType, LongType, ShortType, StringType
 
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.partitioner import partition_for_key
@@ -84,6 +84,10 @@ def records_frame(df: DataFrame, topic: str, partitions: int | None, request_id:
         if field in columns and not isinstance(df.schema[field].dataType, (StringType, BinaryType)):
             raise ReplogError(ErrorCode.INVALID_RECORD,
                               f"column '{field}' must be string or binary, got {df.schema[field].dataType.simpleString()}")
+    for field in ("partition", "producer_id", "producer_epoch", "sequence"):
+        if field in columns and not isinstance(df.schema[field].dataType, (ByteType, ShortType, IntegerType, LongType)):
+            raise ReplogError(ErrorCode.INVALID_RECORD,
+                              f"column '{field}' must be an integer type, got {df.schema[field].dataType.simpleString()}")
     key = F.col("key").cast("binary") if "key" in columns else F.lit(None).cast("binary")
     explicit = F.col("partition").cast("int") if "partition" in columns else F.lit(None).cast("int")
     index = F.monotonically_increasing_id()

@@ -121,6 +121,17 @@ def test_dataframe_without_value_column(spark, cluster):
     assert "'value'" in str(err)
 
 
+@pytest.mark.parametrize("schema,row", [
+    ("value string, extra int", ("v", 1)),          # an unknown column
+    ("value int", (5,)),                            # a value that is not string or binary
+    ("value string, partition string", ("v", "0")),  # a partition that is not an integer
+    ("value string, sequence double", ("v", 1.0)),
+])
+def test_invalid_records_dataframe_names_the_column(spark, cluster, schema, row):
+    err = assert_refused(cluster, "INVALID_RECORD", cluster.produce, "t", spark.createDataFrame([row], schema))
+    assert schema.split(", ")[-1].split()[0] in str(err)
+
+
 def test_unknown_topic_and_partition_fail_in_the_produce_result_and_append_nothing(spark, cluster):
     unknown_topic = cluster.produce("nope", [{"value": "v"}], acks="all")
     bad_partition = cluster.produce("t", [{"value": "v", "partition": 5}], acks=1)
