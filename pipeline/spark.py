@@ -25,8 +25,21 @@ FAST_CONFS = {
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
     "spark.databricks.delta.stats.collect": "true",
-    "spark.sql.adaptive.enabled": "true",
     "spark.log.structuredLogging.enabled": "false",
+    # A round is many small queries over little data, each planned once per round; what it pays for
+    # is planning, not rows (jobs/profile_round.py, 100 partitions, 1,000 records a round, 2 cores):
+    # - adaptive execution re-plans each shuffle as a job of its own (round 7.9 s -> 6.1 s without);
+    # - generated code is compiled anew every round, because the round's time and id are literals
+    #   in it (~20 Janino compiles a round, 30-150 ms each); interpreted expressions compile nothing
+    #   (0 compiles a round after the first; 6.0 s -> 5.4 s);
+    # - PySpark's DataFrame debugging sends the call site to the JVM around every functions.* call
+    #   (~6 py4j calls each, ~4,000 a round);
+    # - MERGE need not copy its source first: every source a round merges is pinned (deterministic).
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+    "spark.databricks.delta.merge.materializeSource": "none",
     # a round's summary query nests every cached step's plan; its explain string (built for the SQL
     # listener) must not grow without bound
     "spark.sql.maxPlanStringLength": "200000",
