@@ -202,7 +202,7 @@ def run_cleaner(spark: SparkSession, storage: Storage, brokers: list[int], clust
     names = F.broadcast(topics.select("topic"))
     parts = (storage.read("partitions").join(names, on="topic")
              .select(*PARTITION_KEY, "leader", "leader_epoch", "replicas"))
-    state = storage.read("replica_state").join(names, on="topic").select(
+    state = storage.replica_state().join(names, on="topic").select(
         *REPLICA_KEY, "log_start_offset", "log_end_offset", "high_watermark", "validated_leader_epoch")
     checkpoints = storage.read("cleaner")
     skipped = down | unreadable
@@ -252,7 +252,7 @@ def run_cleaner(spark: SparkSession, storage: Storage, brokers: list[int], clust
     replicas_cleaned = cleaned.count()
     uncleanable = 0
     if unreadable:
-        uncleanable = (storage.read("replica_state").join(names, on="topic")
+        uncleanable = (storage.replica_state().join(names, on="topic")
                        .filter(F.col("broker").isin(*sorted(unreadable))).count())
     before_commit()
     if partitions_cleaned:

@@ -655,7 +655,7 @@ class Cluster:
         if from_offset is not None and (isinstance(from_offset, bool) or not isinstance(from_offset, int)
                                         or from_offset < 0):
             raise ReplogError(ErrorCode.OFFSET_OUT_OF_RANGE, f"from_offset must be an int >= 0, got {from_offset!r}")
-        state = self.storage.read("replica_state").filter(F.col("topic") == topic)
+        state = self.storage.replica_state().filter(F.col("topic") == topic)
         if replica is None:
             leaders = self.storage.read("partitions").filter(F.col("topic") == topic).select(
                 "topic", "partition", F.col("leader").alias("broker"))
@@ -758,13 +758,9 @@ class Cluster:
         leaders' log start offsets)."""
         self.storage.remove_log(broker)
         self.storage.create_log(broker)
-        zero = F.lit(0).cast("long")
-        state = (self.storage.read("replica_state").filter(F.col("broker") == broker)
-                 .withColumns({"log_start_offset": zero, "log_end_offset": zero, "high_watermark": zero,
-                               "fetch_offset": zero, "last_fetch_leader_leo": zero, "last_caught_up_time_ms": zero,
-                               "validated_leader_epoch": F.lit(0), "session_id": F.lit(0)})
-                 .localCheckpoint())
-        self.storage.upsert(state, "replica_state", ["topic", "partition", "broker"])
+        zero = ("log_start_offset", "log_end_offset", "high_watermark", "fetch_offset", "last_fetch_leader_leo",
+                "last_caught_up_time_ms", "validated_leader_epoch", "session_id")
+        self.storage.reset_replica_state(broker, {c: "0" for c in zero})
 
     def broker_states(self) -> DataFrame:
         """broker, state (running | stopped | fenced | starting), last_heartbeat_ms (a running

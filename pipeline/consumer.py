@@ -133,7 +133,7 @@ def fetch_incremental(storage: Storage, brokers: list[int], round_sessions: list
                                 "leader int, fetch_kind string, request_session_id int")
     positions = storage.read("consumer_positions").filter(
         (F.col("consumer_id") == consumer_id) & (F.col("topic") == topic)).drop("consumer_id", "updated_ms")
-    state = storage.read("replica_state").filter(F.col("topic") == topic).select(
+    state = storage.replica_state().filter(F.col("topic") == topic).select(
         *PARTITION_KEY, F.col("broker").alias("leader"), "high_watermark", "log_start_offset")
     in_cache = F.col("session_id") == F.col("request_session_id")
     position = F.greatest(F.coalesce(F.col("position"), F.col("log_start_offset")), F.col("log_start_offset"))

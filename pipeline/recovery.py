@@ -10,9 +10,10 @@ complete round holds an interrupted round's writes:
 - when they are the table's newest commits, Delta RESTORE puts the table back to the version
   before them (one commit);
 - when somebody else committed after them (another process creating a topic), the round's rows
-  of partitions and replica_state go back to the old version's row by key (the rows carry the
-  round id that last wrote them). Logs and the append-only tables have no other writer under the
-  one-writer lease; a foreign commit after the round's there is reported, not guessed at.
+  of partitions go back to the old version's row by key (the rows carry the round id that last
+  wrote them), and its rows of replica_state (which rounds append to) are deleted by their round
+  id. Logs and the other append-only tables have no other writer under the one-writer lease; a
+  foreign commit after the round's there is reported, not guessed at.
 
 Recovery commits are tagged `replog-recovery=<round>`: a later scan stops there. Reading the
 history costs one small Delta log file per table on the driver (no Spark job), once per process
@@ -36,6 +37,8 @@ ROUND_TABLES: dict[str, list[str] | None] = {
     "partitions": PARTITION_KEY, "replica_state": REPLICA_KEY,
     "elections": None, "producers": None, "results": None,
 }
+# tables a round appends to whose other writers also append (rows carry the round that wrote them)
+_APPENDED_BY_KEY = ("replica_state",)
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,8 @@ def recover(storage: Storage, brokers: list[int], last_round: int) -> Replay | N
         table = tables[landed.path]
         if not landed.interleaved:
             storage.restore(landed.path, landed.before, marker)
+        elif table in _APPENDED_BY_KEY:
+            storage.delete_rows(landed.path, f"round_id > {last_round}", marker)
         else:
             keys = ROUND_TABLES[table]
             old = storage.read_version(landed.path, landed.before).withColumn("_old", F.lit(True))

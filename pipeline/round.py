@@ -173,6 +173,40 @@ class Carry:
     meta: DataFrame  # partitions joined with their topic's effective config
     state: DataFrame  # replica_state (without round_id)
     pending: DataFrame  # results rows still pending (without round_id)
+    # topic, partition: every partition the last round left with something to do (see
+    # _attention); the next round's working set starts from it
+    attention: DataFrame | None = None
+    gauges: dict[str, int] = field(default_factory=dict)  # the partition counts after the last round
+    throttles: dict[int, int] = field(default_factory=dict)  # the fetch limits the sessions cached
+    state_rows: tuple[int, int] = (0, 0)  # replica_state: (current rows, rows in the table)
+
+
+# replica_state is compacted once the rows superseded since its last compaction are at least as
+# many as the current ones, and at least this many (so the amortized cost per round follows the
+# rows a round writes; see Storage.replica_state)
+STATE_COMPACTION_MIN_ROWS = 10_000
+
+
+def _state_row_counts(storage: Storage, carry: Carry | None, state: DataFrame) -> tuple[int, int]:
+    """replica_state's (current rows, rows in the table) as the round found it: carried, or counted
+    (the table's count comes from its files' statistics)."""
+    if carry is not None:
+        return carry.state_rows
+    return state.count(), storage.read("replica_state").count()
+
+
+def _compact_state_if_due(storage: Storage, counts: tuple[int, int], round_id: int) -> tuple[int, int]:
+    """Compacts replica_state when STATE_COMPACTION_MIN_ROWS says so; the counts after."""
+    current, total = counts
+    if total - current < max(current, STATE_COMPACTION_MIN_ROWS):
+        return counts
+    try:
+        storage.compact_replica_state(round_id)
+    except Exception as e:  # another writer appended meanwhile: a later round compacts
+        if "Concurrent" not in type(e).__name__ and "Concurrent" not in str(e):
+            raise
+        return counts
+    return current, current
 
 
 # -- reading the inputs (pinned with localCheckpoint: the round writes to the same tables) ------
@@ -225,7 +259,7 @@ def _read_meta_state(storage: Storage, inputs: RoundInputs, carry: Carry | None)
     if carry is not None:
         return carry.meta, carry.state
     return (_partition_meta(storage, inputs.cluster_config).localCheckpoint(),
-            storage.read("replica_state").drop("round_id").localCheckpoint())
+            storage.replica_state().drop("round_id").localCheckpoint())
 
 
 def _serving(meta: DataFrame, inputs: RoundInputs) -> DataFrame:
@@ -430,10 +464,11 @@ def _read_inbox(spark: SparkSession, storage: Storage, last_version: int, versio
     return inbox, max(version, last_version)
 
 
-def _log_start_requests(spark: SparkSession, storage: Storage, inputs: RoundInputs,
-                        replicas: DataFrame) -> tuple[DataFrame | None, int]:
+def _log_start_requests(spark: SparkSession, storage: Storage, inputs: RoundInputs, serving: DataFrame,
+                        state: DataFrame) -> tuple[DataFrame | None, int]:
     """Per partition, the log start offset asked for by new delete_records requests and, when the
-    retention check is due, by retention.ms / retention.bytes: (topic, partition, requested_lso)."""
+    retention check is due, by retention.ms / retention.bytes where it moves the leader's log start
+    (every partition's leader is checked then): (topic, partition, requested_lso)."""
     version = inputs.admin_to_version
     asks = []
     if version > inputs.last_admin_version:
@@ -441,19 +476,54 @@ def _log_start_requests(spark: SparkSession, storage: Storage, inputs: RoundInpu
                     .filter(F.col("kind") == "delete_records")
                     .select(*PARTITION_KEY, F.col("offset").alias("requested_lso")))
     if inputs.retention_due:
-        leaders = replicas.filter(F.col("is_leader") & ((F.col("retention_ms") >= 0) | (F.col("retention_bytes") >= 0)))
+        leaders = (state.join(serving.filter((F.col("retention_ms") >= 0) | (F.col("retention_bytes") >= 0))
+                              .select(*PARTITION_KEY, F.col("leader").alias("broker"), "retention_ms", "retention_bytes"),
+                              on=["broker", *PARTITION_KEY], how="inner")
+                   .select("broker", *PARTITION_KEY, "log_start_offset", "log_end_offset", "retention_ms",
+                           "retention_bytes"))
         logs = [storage.read_log(b).withColumn("broker", F.lit(b)) for b in inputs.brokers]
-        leader_logs = (reduce(DataFrame.unionByName, logs)
-                       .join(leaders.select("broker", *PARTITION_KEY, "log_start_offset", "log_end_offset",
-                                            "retention_ms", "retention_bytes"), on=["broker", *PARTITION_KEY])
+        leader_logs = (reduce(DataFrame.unionByName, logs).join(leaders, on=["broker", *PARTITION_KEY])
                        .filter((F.col("offset") >= F.col("log_start_offset")) & (F.col("offset") < F.col("log_end_offset"))))
         asks.append(log_start.retention_log_start_offsets(leader_logs, inputs.now_ms)
-                    .withColumnRenamed("retention_start_offset", "requested_lso"))
+                    .join(leaders.select(*PARTITION_KEY, "log_start_offset"), on=PARTITION_KEY, how="inner")
+                    .filter(F.col("retention_start_offset") > F.col("log_start_offset"))
+                    .select(*PARTITION_KEY, F.col("retention_start_offset").alias("requested_lso")))
     if not asks:
         return None, max(version, inputs.last_admin_version)
     requests = (reduce(DataFrame.unionByName, asks).groupBy(*PARTITION_KEY)
                 .agg(F.max("requested_lso").alias("requested_lso"))).localCheckpoint()
     return requests, max(version, inputs.last_admin_version)
+
+
+def _working_set(inputs: RoundInputs, carry: Carry | None, meta: DataFrame, changed: DataFrame | None,
+                 inbox: DataFrame, pending: DataFrame, lso_requests: DataFrame | None) -> DataFrame | None:
+    """topic, partition: the partitions this round can change, pinned; None: every partition.
+
+    The last round's attention set (partitions it left unsettled, or with a follower that has not
+    validated its leader's epoch), the partitions of new produce requests, of pending ones, of log
+    start requests and of the controller's changes, and every partition a full fetch request
+    carries. Any other partition is settled: its followers are at the leader's LEO, HW and log
+    start, in the ISR and in the leader's session, so this round would leave it as it is (DESIGN.md
+    "Incremental"). Every partition is in it when there is no carry (a process's first round, or
+    another writer changed the metadata or the state), when the controller fences or unfences a
+    broker, and when a broker's fetch limit changed (its sessions' cached max bytes all alter)."""
+    decisions = inputs.controller or {}
+    if (carry is None or carry.attention is None or inputs.restarted or decisions.get("fence")
+            or decisions.get("unfence") or carry.throttles != inputs.throttles):
+        return None
+    keys = [carry.attention, inbox.select(*PARTITION_KEY), pending.select(*PARTITION_KEY)]
+    keys += [df.select(*PARTITION_KEY) for df in (changed, lso_requests) if df is not None]
+    prefix = len(sessions.REPLICA_FETCHER_PREFIX)
+    full = [(int(c.fetcher[prefix:]), c.leader) for c in inputs.contexts if c.kind in ("full", "sessionless")]
+    if full:
+        carried = reduce(lambda a, b: a | b, [(F.col("leader") == leader) & F.array_contains("replicas", follower)
+                                              for follower, leader in full])
+        keys.append(meta.filter(carried).select(*PARTITION_KEY))
+    return _pin(reduce(DataFrame.unionByName, keys).distinct())
+
+
+def _within(df: DataFrame, work: DataFrame | None) -> DataFrame:
+    return df if work is None else df.join(F.broadcast(work), on=PARTITION_KEY, how="left_semi")
 
 
 def _with_leader_log_start(replicas: DataFrame, requests: DataFrame | None) -> DataFrame:
@@ -748,16 +818,49 @@ def _settled(leader_leo: str, leader_hw: str) -> Any:
             & (F.col("log_start_offset") == F.col("leader_lso")) & F.array_contains(F.col("isr"), F.col("broker")))
 
 
-def _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
-             results, pending_after, state_out, prefixes, producers_out, requested, extra) -> dict[str, Any]:
-    """Every figure the round needs on the driver, in one Spark job with one aggregation over the
-    union of the steps' outputs (O(1) values, not per partition). Each step contributes columns of
-    its own; the others are null in its rows, and every aggregate skips nulls."""
-    key = F.concat_ws("/", F.col("topic"), F.col("partition").cast("string"))
-    unsettled = followers_after.select("topic", "partition", "leader_leo", "log_end_offset", "is_settled").unionByName(
+def _settlement(followers: DataFrame, followers_after: DataFrame, hw: DataFrame) -> DataFrame:
+    """Every follower of a live leader after the round: topic, partition, leader_leo,
+    log_end_offset, is_settled (_settled; a follower that did not fetch, against the new HW)."""
+    return followers_after.select(*PARTITION_KEY, "leader_leo", "log_end_offset", "is_settled").unionByName(
         followers.filter(~F.col("fetched")).join(hw.select(*PARTITION_KEY, F.col("high_watermark").alias("_h")),
                                                  on=PARTITION_KEY, how="left")
-        .select("topic", "partition", "leader_leo", "log_end_offset", _settled("leader_leo", "_h").alias("is_settled")))
+        .select(*PARTITION_KEY, "leader_leo", "log_end_offset", _settled("leader_leo", "_h").alias("is_settled")))
+
+
+def _attention(followers: DataFrame, followers_after: DataFrame, hw: DataFrame) -> DataFrame:
+    """topic, partition: the partitions the next round must look at again: a follower not settled,
+    or one that has not validated its leader's epoch (it checks it by fetching: Kafka's
+    lastFetchedEpoch), even with nothing to replicate."""
+    unvalidated = F.coalesce(F.col("validated_leader_epoch"), F.lit(0)) < F.col("leader_epoch")
+    return (_settlement(followers, followers_after, hw).filter(~F.col("is_settled")).select(*PARTITION_KEY)
+            .unionByName(followers.filter(unvalidated).select(*PARTITION_KEY)).distinct())
+
+
+# the partition counts of the rounds row (Kafka's gauges)
+GAUGES = ("under_replicated_partitions", "under_min_isr_partitions", "at_min_isr_partitions", "offline_partitions")
+
+
+def _gauge_rows(partitions: DataFrame, sign: int) -> DataFrame:
+    """Each partition's contribution to GAUGES (sign -1: taken back, for a partition's row before
+    the round)."""
+    def flag(condition: Any, name: str) -> Any:
+        return (condition.cast("long") * sign).alias(name)
+    return partitions.select(flag(F.size("isr") < F.size("replicas"), "under_replicated"),
+                             flag(F.size("isr") < F.col("min_isr"), "under_min_isr"),
+                             flag(F.size("isr") == F.col("min_isr"), "at_min_isr"),
+                             flag(F.col("leader") == NO_LEADER, "offline"))
+
+
+def _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
+             results, pending_after, state_out, prefixes, producers_out, requested, extra,
+             before: DataFrame | None = None) -> dict[str, Any]:
+    """Every figure the round needs on the driver, in one Spark job with one aggregation over the
+    union of the steps' outputs (O(1) values, not per partition). Each step contributes columns of
+    its own; the others are null in its rows, and every aggregate skips nulls. With `before` (the
+    working set's partitions as the round found them) the partition counts are what the round
+    changed them by."""
+    key = F.concat_ws("/", F.col("topic"), F.col("partition").cast("string"))
+    unsettled = _settlement(followers, followers_after, hw)
     status = F.col("status")
     rows = [
         appended.select(F.col("broker").alias("appended_broker")),
@@ -768,11 +871,8 @@ def _summary(appended, response, followers, followers_after, isr_changed, hw, pa
             F.sum(F.when(F.col("change") == "added", 1).otherwise(-1)).alias("size_delta"))
         .select(F.struct("session_id", "size_delta").alias("session_size_delta")),
         isr_changed.select("isr_shrinks", "isr_expands"),
-        partitions_now.select(
-            (F.size("isr") < F.size("replicas")).cast("long").alias("under_replicated"),
-            (F.size("isr") < F.col("min_isr")).cast("long").alias("under_min_isr"),
-            (F.size("isr") == F.col("min_isr")).cast("long").alias("at_min_isr"),
-            (F.col("leader") == NO_LEADER).cast("long").alias("offline")),
+        _gauge_rows(partitions_now, 1),
+        *([] if before is None else [_gauge_rows(before, -1)]),
         unsettled.select((F.col("leader_leo") - F.col("log_end_offset")).alias("lag"),
                          F.when(~F.col("is_settled"), key).alias("unsettled")),
         results.select((status == acks_rules.STATUS_ACKED).cast("long").alias("acked"),
@@ -842,13 +942,14 @@ def table_versions(storage: Storage) -> tuple[int, ...]:
     return tuple(storage.version(t) for t in CARRIED_TABLES)
 
 
-def _carry_out(storage: Storage, seen: tuple[int, ...], wrote: dict[str, bool], meta: DataFrame,
+def _carry_out(storage: Storage, seen: tuple[int, ...], wrote: dict[str, int], meta: DataFrame,
                state: DataFrame, isr_changed: DataFrame, state_out: DataFrame, pending_after: DataFrame,
-               figures: dict[str, Any]) -> Carry | None:
+               figures: dict[str, Any], attention: DataFrame, throttles: dict[int, int],
+               state_rows: tuple[int, int]) -> Carry | None:
     """The carry for the next round, or None when another writer committed to a carried table
     during this round (its versions moved by more than this round's own commits)."""
     versions = table_versions(storage)
-    if any(v != s + int(wrote[t]) for t, v, s in zip(CARRIED_TABLES, versions, seen)):
+    if any(v != s + wrote[t] for t, v, s in zip(CARRIED_TABLES, versions, seen)):
         return None
     if figures["isr_shrinks"] or figures["isr_expands"]:
         meta = (meta.join(isr_changed.select(*PARTITION_KEY), on=PARTITION_KEY, how="left_anti")
@@ -857,7 +958,8 @@ def _carry_out(storage: Storage, seen: tuple[int, ...], wrote: dict[str, bool], 
         state = (state.join(state_out.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti")
                  .unionByName(state_out.drop("round_id")))
     return Carry(versions, _pinned_without_history(meta), _pinned_without_history(state),
-                 _pinned_without_history(pending_after))
+                 _pinned_without_history(pending_after), _pinned_without_history(attention),
+                 {g: int(figures[g]) for g in GAUGES}, dict(throttles), state_rows)
 
 
 def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
@@ -872,22 +974,26 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
     seen = table_versions(storage)
     if carry is not None and carry.versions != seen:
         carry = None
-    meta, state = _read_meta_state(storage, inputs, carry)
-    meta, state, changed, state_changed, elections = _controller_step(storage, inputs, meta, state)  # 1. controller
-    serving = _serving(meta, inputs)
-    replicas = _read_replicas(spark, inputs, serving, state)
-    watch.lap("read replicas")
-    lso_requests, admin_version = _log_start_requests(spark, storage, inputs, replicas)
-    replicas = _with_leader_log_start(replicas, lso_requests)
+    meta_before, state_all = _read_meta_state(storage, inputs, carry)
+    meta_all, state_all, changed, state_changed, elections = _controller_step(  # 1. controller
+        storage, inputs, meta_before, state_all)
+    watch.lap("read meta and state, controller")
+    lso_requests, admin_version = _log_start_requests(spark, storage, inputs, _serving(meta_all, inputs), state_all)
     watch.lap("log start requests")
     inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
+    inbox = inbox.localCheckpoint()
+    pending = carry.pending if carry is not None else \
+        _pending_results(storage, inputs.last_pending_requests).localCheckpoint()
+    watch.lap("read inbox and pending results")
+    # the partitions this round can change (None: all); every step below sees only those
+    work = _working_set(inputs, carry, meta_all, changed, inbox, pending, lso_requests)
+    meta, serving = _within(meta_all, work), _serving(_within(meta_all, work), inputs)
+    replicas = _with_leader_log_start(_read_replicas(spark, inputs, serving, _within(state_all, work)), lso_requests)
+    watch.lap("working set, read replicas")
     validated = rules.validate_produce_requests(
         inbox, serving.select(*PARTITION_KEY, "leader", "leader_epoch", "isr", "min_isr", "message_max_bytes", "compact")
     ).localCheckpoint()
-    watch.lap("read and validate inbox")
-    pending = carry.pending if carry is not None else \
-        _pending_results(storage, inputs.last_pending_requests).localCheckpoint()
-    watch.lap("read pending results")
+    watch.lap("validate inbox")
     validated, producer_checks = _check_idempotent_producers(storage, validated)
 
     watch.lap("producer state")
@@ -931,7 +1037,10 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
     if truncations is not None:
         extra.append(truncations.select(F.col("broker").alias("truncated_broker")))
     figures = _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
-                       results, pending_after, state_out, prefixes, producers_out, requested, extra)
+                       results, pending_after, state_out, prefixes, producers_out, requested, extra,
+                       before=None if work is None else _within(meta_before, work))
+    if work is not None:  # the counts over the working set moved the last round's
+        figures.update({g: carry.gauges[g] + figures[g] for g in GAUGES})
 
     # commits: each broker's log once (its leader appends and its follower appends together), then
     # the ISR changes, the replica state (HW), results, metrics
@@ -949,7 +1058,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
     if figures["election_rows"]:
         storage.append_table(elections, "elections", round_id)
     if figures["state_rows"]:
-        storage.upsert(state_out, "replica_state", REPLICA_KEY, round_id)
+        storage.append_table(state_out, "replica_state", round_id)
     watch.lap("commit partitions and state")
     for broker in sorted(figures["prefix_brokers"]):
         storage.delete_log_prefixes(broker, prefixes.filter(F.col("broker") == broker)
@@ -971,9 +1080,13 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
     )
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds", round_id)
     watch.lap("commit rounds row")
-    wrote = {"replica_state": bool(figures["state_rows"]), "topics": False, "results": bool(figures["result_rows"]),
-             "partitions": bool(figures["partition_changes"])}
-    carry_out = _carry_out(storage, seen, wrote, meta, state, isr_changed, state_out, pending_after, figures)
+    current, total = _state_row_counts(storage, carry, state_all)
+    counts = _compact_state_if_due(storage, (current, total + figures["state_rows"]), round_id)
+    wrote = {"replica_state": int(bool(figures["state_rows"])) + int(counts[1] < total + figures["state_rows"]),
+             "topics": 0, "results": int(bool(figures["result_rows"])),
+             "partitions": int(bool(figures["partition_changes"]))}
+    carry_out = _carry_out(storage, seen, wrote, meta_all, state_all, isr_changed, state_out, pending_after, figures,
+                           _attention(followers, followers_after, hw), inputs.throttles, counts)
     watch.lap("carry")
     watch.stop()
     return report, carry_out

@@ -17,12 +17,13 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from pipeline import schemas
 
-__all__ = ["Storage", "TXN_APP_ID", "RECOVERY_APP_ID", "is_uri", "parse_tag"]
+__all__ = ["Storage", "TXN_APP_ID", "RECOVERY_APP_ID", "is_uri", "parse_tag", "current_rows", "current_rows_sql"]
 
 TXN_APP_ID = "replog-round"
 RECOVERY_APP_ID = "replog-recovery"
@@ -38,6 +39,19 @@ def parse_tag(user_metadata: str | None) -> dict[str, str]:
     if not user_metadata or not user_metadata.startswith((TXN_APP_ID + "=", RECOVERY_APP_ID + "=")):
         return {}
     return dict(part.split("=", 1) for part in user_metadata.split(";") if "=" in part)
+
+def current_rows(df: DataFrame, keys: list[str]) -> DataFrame:
+    """The newest row of each key by `round_id`, of a table that is written by appending rows
+    (replica_state: a round appends the rows it changed; see Storage.replica_state)."""
+    newest = Window.partitionBy(*keys).orderBy(F.col("round_id").desc())
+    return df.withColumn("_newest", F.row_number().over(newest)).filter(F.col("_newest") == 1).drop("_newest")
+
+
+def current_rows_sql(table_sql: str, keys: list[str]) -> str:
+    """current_rows in Spark SQL, for the views: a subquery of `table_sql`'s newest row per key."""
+    return (f"(SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY {', '.join(keys)} "
+            f"ORDER BY round_id DESC) AS _newest FROM {table_sql}) WHERE _newest = 1)")
+
 
 CLUSTER_TABLES = {
     "cluster": schemas.CLUSTER_SCHEMA,
@@ -171,6 +185,34 @@ class Storage:
     # -- reads -------------------------------------------------------------------------------
     def read(self, table: str) -> DataFrame:
         return self.spark.read.format("delta").load(self.path(table))
+
+    def replica_state(self) -> DataFrame:
+        """Every replica's current row. replica_state only grows: a round appends the rows it
+        changed (an append costs the same at any size, where a MERGE scans the whole table), and
+        a row supersedes the older rows of its replica by its larger round_id. compact_replica_state
+        rewrites it to the current rows once the superseded ones are as many."""
+        return current_rows(self.read("replica_state"), schemas.REPLICA_KEY)
+
+    def compact_replica_state(self, round_id: int) -> None:
+        """Rewrites replica_state as its current rows (one commit, tagged with the round that
+        asked for it). Raises Delta's concurrent-modification error when another writer appended
+        meanwhile (a new topic's rows): the rows stay as they are, for a later compaction."""
+        path = self.path("replica_state")
+        current = self.replica_state().localCheckpoint()
+        with self._tagged(round_id, path, "compact"):
+            current.write.format("delta").mode("overwrite").save(path)
+
+    def reset_replica_state(self, broker: int, columns: dict[str, str]) -> None:
+        """Sets `columns` (SQL expressions) in every row of `broker`'s replicas in replica_state,
+        the superseded rows too, so the current row of each holds them (one commit)."""
+        DeltaTable.forPath(self.spark, self.path("replica_state")).update(
+            condition=F.col("broker") == broker, set=columns)
+
+    def delete_rows(self, path: str, condition: str, user_metadata: str) -> None:
+        """Deletes the rows matching `condition` (SQL) from the table at `path`, in one commit tagged
+        `user_metadata`."""
+        with self._metadata(user_metadata):
+            DeltaTable.forPath(self.spark, path).delete(condition)
 
     def read_log(self, broker: int) -> DataFrame:
         return self.spark.read.format("delta").load(self.log_path(broker))

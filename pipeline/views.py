@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from pipeline.storage import Storage
+from pipeline.schemas import REPLICA_KEY
+from pipeline.storage import Storage, current_rows_sql
 
 __all__ = ["partitions_sql", "replicas_sql", "results_sql", "logs_sql", "committed_sql", "metrics_sql",
            "lagging_replicas_sql", "fetch_sessions_sql", "consumer_lag_sql", "brokers_sql", "register_views", "DATABASE", "RATE_WINDOW_MS"]
@@ -16,6 +17,8 @@ RATE_WINDOW_MS = 60_000
 
 
 def _t(storage: Storage, table: str) -> str:
+    if table == "replica_state":  # append-only: each replica's newest row (Storage.replica_state)
+        return current_rows_sql(f"delta.`{storage.path(table)}`", REPLICA_KEY)
     return f"delta.`{storage.path(table)}`"
 
 

@@ -30,7 +30,7 @@ def _records(df):
 
 
 def _state(cluster, topic, broker):
-    return cluster.storage.read("replica_state").filter((F.col("topic") == topic) & (F.col("broker") == broker)).first()
+    return cluster.storage.replica_state().filter((F.col("topic") == topic) & (F.col("broker") == broker)).first()
 
 
 def _metrics(cluster):

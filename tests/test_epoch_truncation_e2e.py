@@ -30,7 +30,7 @@ def _status(cluster, request_id):
 
 
 def _replica(cluster, broker):
-    return cluster.storage.read("replica_state").filter(F.col("broker") == broker).first()
+    return cluster.storage.replica_state().filter(F.col("broker") == broker).first()
 
 
 def _log(cluster, broker):

@@ -87,7 +87,7 @@ def test_incremental_rounds_carry_only_what_changed_and_full_rounds_carry_everyt
             metrics["IncrementalFetchSessionEvictionsPerSec"]) == (6.0, 16.0, 0.0)
     assert spark.sql("SELECT count(*) AS n FROM replog.fetch_sessions").first()["n"] == 6
     # the leaders' cached partitions sit in the follower rows of replica_state: the HW last sent
-    cached = cluster.storage.read("replica_state").filter("session_id != 0")
+    cached = cluster.storage.replica_state().filter("session_id != 0")
     assert cached.count() == 16 and cached.select("session_id").distinct().count() == 6
     assert {(r["partition"], r["session_high_watermark"]) for r in cached.collect()} == \
         {(p, 1 if p in (1, 6) else 0) for p in range(8)}

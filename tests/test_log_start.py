@@ -70,7 +70,7 @@ def run(spark, tmp_path_factory):
     out["r1500"] = cluster.run_round()     # retention due: timed and sized move; del applies the request
     out["lso_1500"] = {r["topic"]: r["log_start_offset"] for r in cluster.describe().collect()}
     out["replica_lso"] = {(r["topic"], r["broker"]): r["log_start_offset"]
-                          for r in cluster.storage.read("replica_state").collect()}
+                          for r in cluster.storage.replica_state().collect()}
     clock.advance(500)
     cluster.run_round()
     out["logs"] = {t: offsets_per_broker(cluster, t) for t in ("del", "timed", "sized")}

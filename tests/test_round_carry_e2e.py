@@ -31,5 +31,5 @@ def test_a_carried_round_sees_what_another_writer_committed_in_between(new_clust
     assert committed(cluster, "u") == {0: 0, 1: 1}
     assert [bytes(r["value"]) for r in cluster.read("u").collect()] == [b"b"]
     # the state it carries now is the tables' state, row for row
-    state = cluster.storage.read("replica_state").drop("round_id")
+    state = cluster.storage.replica_state().drop("round_id")
     assert sorted(cluster._carry.state.collect()) == sorted(state.select(*cluster._carry.state.columns).collect())

@@ -64,9 +64,12 @@ class Checker:
 
     def snapshot(self) -> dict:
         partitions = {(r["topic"], r["partition"]): r.asDict() for r in self._table("partitions").collect()}
-        state = {(r["topic"], r["partition"], r["broker"]): r.asDict() for r in
-                 self._table("replica_state").select("topic", "partition", "broker", "log_start_offset",
-                                                     "log_end_offset", "high_watermark").collect()}
+        state = {}  # replica_state is appended to: a replica's row with the largest round_id is its state
+        for r in self._table("replica_state").select("topic", "partition", "broker", "log_start_offset",
+                                                     "log_end_offset", "high_watermark", "round_id").collect():
+            key = (r["topic"], r["partition"], r["broker"])
+            if key not in state or state[key]["round_id"] < r["round_id"]:
+                state[key] = r.asDict()
         logs = defaultdict(list)  # (topic, partition, broker) -> [(offset, epoch, value)]
         present = set()  # brokers whose log directory exists (not a lost disk)
         for broker in self._brokers():
