@@ -337,8 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=227)
     parser.add_argument("--out", help="default benchmarks/<scenario>.json")
     parser.add_argument("--readme", action="store_true", help="rewrite the README's table")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the session (repeatable)")
     args = parser.parse_args(argv)
-    spark = get_spark(extra={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
+    spark = get_spark(extra={"spark.ui.enabled": "false", **dict(c.split("=", 1) for c in args.conf)})
     machine = (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
                f"Spark {spark.version}, local[*]")
     out = args.out or f"benchmarks/{args.scenario.replace('-', '_')}.json"

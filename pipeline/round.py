@@ -15,18 +15,19 @@ from functools import reduce
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, StringType
 
 from pipeline import acks as acks_rules
+from pipeline.carry import Keyed, pinned, pinned_without_history
 from pipeline import controller as ctl
 from pipeline import fetch_session as sessions
 from pipeline import isr as isr_rules
 from pipeline import log_start
 from pipeline import producer_state
 from pipeline import replication as rules
-from pipeline.schemas import (ELECTIONS_SCHEMA, LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PRODUCERS_SCHEMA, REPLICA_KEY,
+from pipeline.schemas import (ELECTIONS_SCHEMA, LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PARTITIONS_SCHEMA,
+                              PRODUCERS_SCHEMA, REPLICA_KEY,
                               REPLICA_STATE_SCHEMA, RESULTS_SCHEMA, ROUNDS_SCHEMA)
 from pipeline.storage import Storage
 
@@ -165,20 +166,29 @@ CARRIED_TABLES = ("replica_state", "partitions", "topics", "results")
 @dataclass(frozen=True)
 class Carry:
     """What a round leaves to the next round of the same process instead of re-reading the tables
-    it has just written: the partition metadata, the replica state and the pending produce
-    requests after it, pinned, and the versions of CARRIED_TABLES they equal. The next round uses
-    them only when those tables are still at exactly these versions (nobody else wrote them)."""
+    it has just written (pipeline/carry.py): the partition metadata, the replica state and the
+    pending produce requests after it, pinned, and the versions of CARRIED_TABLES they equal. The
+    next round uses them only when those tables are still at exactly these versions (nobody else
+    wrote them)."""
 
     versions: tuple[int, ...]
-    meta: DataFrame  # partitions joined with their topic's effective config
-    state: DataFrame  # replica_state (without round_id)
+    meta_rows: Keyed  # partitions joined with their topic's effective config
+    state_rows: Keyed  # replica_state's current rows (without round_id)
     pending: DataFrame  # results rows still pending (without round_id)
     # topic, partition: every partition the last round left with something to do (see
     # _attention); the next round's working set starts from it
-    attention: DataFrame | None = None
-    gauges: dict[str, int] = field(default_factory=dict)  # the partition counts after the last round
-    throttles: dict[int, int] = field(default_factory=dict)  # the fetch limits the sessions cached
-    state_rows: tuple[int, int] = (0, 0)  # replica_state: (current rows, rows in the table)
+    attention: DataFrame
+    gauges: dict[str, int]  # the partition counts after the last round
+    throttles: dict[int, int]  # the fetch limits the sessions cached
+    state_table_rows: int  # rows in the replica_state table (the superseded ones too)
+
+    @property
+    def meta(self) -> DataFrame:
+        return self.meta_rows.all()
+
+    @property
+    def state(self) -> DataFrame:
+        return self.state_rows.all()
 
 
 # replica_state is compacted once the rows superseded since its last compaction are at least as
@@ -187,26 +197,17 @@ class Carry:
 STATE_COMPACTION_MIN_ROWS = 10_000
 
 
-def _state_row_counts(storage: Storage, carry: Carry | None, state: DataFrame) -> tuple[int, int]:
-    """replica_state's (current rows, rows in the table) as the round found it: carried, or counted
-    (the table's count comes from its files' statistics)."""
-    if carry is not None:
-        return carry.state_rows
-    return state.count(), storage.read("replica_state").count()
-
-
-def _compact_state_if_due(storage: Storage, counts: tuple[int, int], round_id: int) -> tuple[int, int]:
-    """Compacts replica_state when STATE_COMPACTION_MIN_ROWS says so; the counts after."""
-    current, total = counts
-    if total - current < max(current, STATE_COMPACTION_MIN_ROWS):
-        return counts
+def _compact_state_if_due(storage: Storage, current_rows: int, table_rows: int, round_id: int) -> int:
+    """Compacts replica_state when STATE_COMPACTION_MIN_ROWS says so; the table's rows after."""
+    if table_rows - current_rows < max(current_rows, STATE_COMPACTION_MIN_ROWS):
+        return table_rows
     try:
         storage.compact_replica_state(round_id)
     except Exception as e:  # another writer appended meanwhile: a later round compacts
         if "Concurrent" not in type(e).__name__ and "Concurrent" not in str(e):
             raise
-        return counts
-    return current, current
+        return table_rows
+    return current_rows
 
 
 # -- reading the inputs (pinned with localCheckpoint: the round writes to the same tables) ------
@@ -234,32 +235,47 @@ def _partition_meta(storage: Storage, config: dict[str, Any]) -> DataFrame:
     return storage.read("partitions").join(topics, on="topic", how="inner").drop("round_id")
 
 
-def _broker_info(spark: SparkSession, inputs: RoundInputs) -> DataFrame:
-    rows = []
-    for broker in inputs.brokers:
-        paused = broker in inputs.paused_brokers
-        last_fetch = inputs.paused_brokers.get(broker) if paused else inputs.previous_round_ms
-        throttle = inputs.throttles.get(broker)
-        limit = min(throttle, inputs.cluster_config["replica.fetch.max.bytes"]) if throttle else \
-            inputs.cluster_config["replica.fetch.max.bytes"]
-        rows.append((broker, paused, last_fetch, limit, inputs.cluster_config["replica.fetch.response.max.bytes"]))
-    return spark.createDataFrame(rows, "broker int, is_paused boolean, broker_last_fetch_ms long, "
-                                       "partition_max_bytes long, response_max_bytes long")
+def _by_key(keys: list[Any], pairs: dict[Any, Any], cast: str) -> Any:
+    """A column that maps the value of `keys` (columns) to `pairs`' value (null for others): the
+    round's O(brokers) settings as expressions, not as a table to join."""
+    match = [(reduce(lambda a, b: a & b, [F.col(k) == v for k, v in zip(keys, key if isinstance(key, tuple)
+                                                                           else (key,))]), value)
+             for key, value in pairs.items()]
+    if not match:
+        return F.lit(None).cast(cast)
+    column = F.when(match[0][0], F.lit(match[0][1]))
+    for condition, value in match[1:]:
+        column = column.when(condition, F.lit(value))
+    return column.cast(cast)
 
 
-def _contexts(spark: SparkSession, inputs: RoundInputs) -> DataFrame:
-    """One row per fetch request of the round: follower broker, leader, the leader's context."""
+def _with_broker_settings(replicas: DataFrame, inputs: RoundInputs) -> DataFrame:
+    """Each replica row with its broker's fetcher (is_paused, broker_last_fetch_ms: its last fetch;
+    partition_max_bytes, response_max_bytes: the fetch limits, a throttle's included) and the
+    context its leader made of its fetch request this round (fetch_kind, request_session_id)."""
+    config = inputs.cluster_config
+    last_fetch = {b: (inputs.paused_brokers.get(b) if b in inputs.paused_brokers else inputs.previous_round_ms)
+                  for b in inputs.brokers}
+    limit = {b: min(inputs.throttles[b], config["replica.fetch.max.bytes"]) if inputs.throttles.get(b)
+             else config["replica.fetch.max.bytes"] for b in inputs.brokers}
     prefix = len(sessions.REPLICA_FETCHER_PREFIX)
-    rows = [(int(c.fetcher[prefix:]), c.leader, c.kind, c.session_id) for c in inputs.contexts]
-    return spark.createDataFrame(rows, "broker int, leader int, fetch_kind string, request_session_id int")
+    contexts = {(int(c.fetcher[prefix:]), c.leader): c for c in inputs.contexts}
+    return replicas.withColumns({
+        "is_paused": F.coalesce(F.col("broker").isin(*inputs.paused_brokers), F.lit(False)),
+        "broker_last_fetch_ms": _by_key(["broker"], {b: v for b, v in last_fetch.items() if v is not None}, "long"),
+        "partition_max_bytes": _by_key(["broker"], limit, "long"),
+        "response_max_bytes": F.lit(config["replica.fetch.response.max.bytes"]).cast("long"),
+        "fetch_kind": _by_key(["broker", "leader"], {k: c.kind for k, c in contexts.items()}, "string"),
+        "request_session_id": _by_key(["broker", "leader"], {k: c.session_id for k, c in contexts.items()}, "int"),
+    })
 
 
-def _read_meta_state(storage: Storage, inputs: RoundInputs, carry: Carry | None) -> tuple[DataFrame, DataFrame]:
+def _read_meta_state(storage: Storage, inputs: RoundInputs, carry: Carry | None) -> tuple[Keyed, Keyed]:
     """(partition metadata, replica state), from the carry when there is one, else from the tables."""
     if carry is not None:
-        return carry.meta, carry.state
-    return (_partition_meta(storage, inputs.cluster_config).localCheckpoint(),
-            storage.replica_state().drop("round_id").localCheckpoint())
+        return carry.meta_rows, carry.state_rows
+    return (Keyed.of(_partition_meta(storage, inputs.cluster_config), PARTITION_KEY),
+            Keyed.of(storage.replica_state().drop("round_id"), REPLICA_KEY))
 
 
 def _serving(meta: DataFrame, inputs: RoundInputs) -> DataFrame:
@@ -274,32 +290,21 @@ def _serving(meta: DataFrame, inputs: RoundInputs) -> DataFrame:
 
 def _read_replicas(spark: SparkSession, inputs: RoundInputs, meta: DataFrame, state: DataFrame) -> DataFrame:
     """One row per replica with its partition's metadata (as served) and its leader's offsets."""
-    leader_offsets = state.join(meta.select(*PARTITION_KEY, F.col("leader").alias("broker")),
-                                on=["broker", *PARTITION_KEY], how="inner").select(
-        *PARTITION_KEY, F.col("log_end_offset").alias("leader_leo_before"),
-        F.col("high_watermark").alias("leader_hw_before"), F.col("log_start_offset").alias("leader_lso_before"))
-    replicas = (
+    partition = Window.partitionBy(*PARTITION_KEY)
+    leaders = {f"leader_{short}_before": F.max(F.when(F.col("is_leader"), F.col(column))).over(partition)
+               for short, column in (("leo", "log_end_offset"), ("hw", "high_watermark"), ("lso", "log_start_offset"))}
+    return (
         state.join(meta, on=PARTITION_KEY, how="inner")
-        .join(leader_offsets, on=PARTITION_KEY, how="left")
-        .join(F.broadcast(_broker_info(spark, inputs)), on="broker", how="left")
-        .join(F.broadcast(_contexts(spark, inputs)), on=["broker", "leader"], how="left")
         .withColumn("is_leader", F.col("broker") == F.col("leader"))
+        .withColumns(leaders)
+        .transform(lambda df: _with_broker_settings(df, inputs))
     ).localCheckpoint()
-    return replicas
 
 
 # -- the controller step (DESIGN.md "One round", step 1) -----------------------------------------
 
-def _pin(df: DataFrame) -> DataFrame:
-    """`df` computed once, as a plan without the constraints of the plan that made it (Spark 4.2's
-    localCheckpoint of a union whose sides carry filters on array columns fails rewriting them)."""
-    jdf = df._jdf
-    fresh = df.sparkSession._jsparkSession.internalCreateDataFrame(jdf.queryExecution().toRdd(), jdf.schema(), False)
-    return ClassicDataFrame(fresh, df.sparkSession).localCheckpoint()
-
-
 def _apply_changes(meta: DataFrame, changes: DataFrame) -> DataFrame:
-    return _pin(meta.join(changes.select(*PARTITION_KEY), on=PARTITION_KEY, how="left_anti")
+    return pinned(meta.join(changes.select(*PARTITION_KEY), on=PARTITION_KEY, how="left_anti")
                 .unionByName(changes.select(*meta.columns)))
 
 
@@ -314,8 +319,8 @@ def _preferred_election_requests(storage: Storage, inputs: RoundInputs) -> DataF
     return asked if asked.limit(1).collect() else None
 
 
-def _controller_step(storage: Storage, inputs: RoundInputs, meta: DataFrame, state: DataFrame
-                     ) -> tuple[DataFrame, DataFrame, DataFrame | None, DataFrame | None, DataFrame | None]:
+def _controller_step(storage: Storage, inputs: RoundInputs, meta_rows: Keyed, state_rows: Keyed
+                     ) -> tuple[Keyed, Keyed, DataFrame | None, DataFrame | None, DataFrame | None]:
     """Fences the brokers whose session ended and unfences the restarted ones, as Kafka's controller
     does in two steps (handleBrokerFenced, then handleBrokerUnfenced): the first election runs
     without the fenced and restarting brokers, the second with the restarting ones back.
@@ -326,7 +331,8 @@ def _controller_step(storage: Storage, inputs: RoundInputs, meta: DataFrame, sta
     decisions = inputs.controller or {}
     preferred = _preferred_election_requests(storage, inputs)
     if not (decisions.get("fence") or decisions.get("unfence")) and preferred is None:
-        return meta, state, None, None, None
+        return meta_rows, state_rows, None, None, None
+    meta, state = meta_rows.all(), state_rows.all()
     steps = []
     if decisions.get("fence") or decisions.get("unfence"):
         first = ctl.elect_leaders(meta, decisions["live_before_start"], decisions["lost_log"]).localCheckpoint()
@@ -344,7 +350,7 @@ def _controller_step(storage: Storage, inputs: RoundInputs, meta: DataFrame, sta
                                             decisions.get("live", inputs.brokers)).localCheckpoint()
         after = _apply_changes(after, third)
         steps.append(third)
-    changed_keys = _pin(reduce(DataFrame.unionByName, [s.select(*PARTITION_KEY) for s in steps]).distinct())
+    changed_keys = pinned(reduce(DataFrame.unionByName, [s.select(*PARTITION_KEY) for s in steps]).distinct())
 
     offsets = state.groupBy(*PARTITION_KEY).agg(F.max("high_watermark").alias("partition_hw"))
     leos = state.select(*PARTITION_KEY, F.col("broker").alias("leader"), F.col("log_end_offset").alias("leader_leo"))
@@ -363,7 +369,7 @@ def _controller_step(storage: Storage, inputs: RoundInputs, meta: DataFrame, sta
     leaders = (rows.filter(F.col("broker") == F.col("leader"))
                .withColumn("high_watermark", new_hw).withColumn("fetch_offset", F.col("log_end_offset")))
     followers = ctl.reset_followers_for_new_leader(rows.filter(F.col("broker") != F.col("leader")), inputs.now_ms)
-    state_changed = _pin(leaders.unionByName(followers).select(*state.columns))
+    state_changed = pinned(leaders.unionByName(followers).select(*state.columns))
     state = (state.join(state_changed.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti")
              .unionByName(state_changed))
 
@@ -379,8 +385,9 @@ def _controller_step(storage: Storage, inputs: RoundInputs, meta: DataFrame, sta
                         F.when(F.col("leader") != NO_LEADER, F.greatest(F.col("partition_hw") - F.col("leader_leo"),
                                                                        F.lit(0))).otherwise(F.lit(0))
                         .cast("long").alias("offsets_lost"), "isr")
-    elections = _pin(reduce(DataFrame.unionByName, [election_rows(s) for s in steps]).select(*ELECTIONS_SCHEMA.fieldNames()))
-    return _apply_changes(meta, changed), _pin(state), changed, state_changed, elections
+    elections = pinned(reduce(DataFrame.unionByName, [election_rows(s) for s in steps]).select(*ELECTIONS_SCHEMA.fieldNames()))
+    return (Keyed.of(_apply_changes(meta, changed), PARTITION_KEY), Keyed.of(state, REPLICA_KEY), changed,
+            state_changed, elections)
 
 
 # -- leader-epoch checks (DESIGN.md "One round", step 3: truncation by epoch, not by HW) --------
@@ -519,11 +526,7 @@ def _working_set(inputs: RoundInputs, carry: Carry | None, meta: DataFrame, chan
         carried = reduce(lambda a, b: a | b, [(F.col("leader") == leader) & F.array_contains("replicas", follower)
                                               for follower, leader in full])
         keys.append(meta.filter(carried).select(*PARTITION_KEY))
-    return _pin(reduce(DataFrame.unionByName, keys).distinct())
-
-
-def _within(df: DataFrame, work: DataFrame | None) -> DataFrame:
-    return df if work is None else df.join(F.broadcast(work), on=PARTITION_KEY, how="left_semi")
+    return pinned(reduce(DataFrame.unionByName, keys).distinct())
 
 
 def _with_leader_log_start(replicas: DataFrame, requests: DataFrame | None) -> DataFrame:
@@ -921,45 +924,24 @@ def _summary(appended, response, followers, followers_after, isr_changed, hw, pa
 
 # -- the round -------------------------------------------------------------------------------
 
-def _append_per_broker(storage: Storage, df: DataFrame, brokers: set[int], round_id: int) -> None:
-    """One commit per broker that has rows (O(brokers) commits)."""
-    for broker in sorted(brokers):
-        storage.append(df.filter(F.col("broker") == broker).select(*LOG_SCHEMA.fieldNames()),
-                       storage.log_path(broker), round_id)
-
-
-def _pinned_without_history(df: DataFrame) -> DataFrame:
-    """`df` pinned, as a plan that knows nothing of how it was made. A localCheckpoint keeps its
-    origin plan's size estimate, and a carried DataFrame is made from the last round's, which was
-    made from the one before: without this the estimates multiply round after round until
-    planning a join spends minutes in BigInteger arithmetic (seen in jobs/profile_round.py)."""
-    jdf = df.localCheckpoint()._jdf
-    fresh = df.sparkSession._jsparkSession.internalCreateDataFrame(jdf.queryExecution().toRdd(), jdf.schema(), False)
-    return ClassicDataFrame(fresh, df.sparkSession)
-
-
 def table_versions(storage: Storage) -> tuple[int, ...]:
     return tuple(storage.version(t) for t in CARRIED_TABLES)
 
 
-def _carry_out(storage: Storage, seen: tuple[int, ...], wrote: dict[str, int], meta: DataFrame,
-               state: DataFrame, isr_changed: DataFrame, state_out: DataFrame, pending_after: DataFrame,
+def _carry_out(storage: Storage, seen: tuple[int, ...], wrote: dict[str, int], meta_rows: Keyed,
+               state_rows: Keyed, isr_changed: DataFrame, state_out: DataFrame, pending_after: DataFrame,
                figures: dict[str, Any], attention: DataFrame, throttles: dict[int, int],
-               state_rows: tuple[int, int]) -> Carry | None:
+               state_table_rows: int) -> Carry | None:
     """The carry for the next round, or None when another writer committed to a carried table
     during this round (its versions moved by more than this round's own commits)."""
     versions = table_versions(storage)
     if any(v != s + wrote[t] for t, v, s in zip(CARRIED_TABLES, versions, seen)):
         return None
-    if figures["isr_shrinks"] or figures["isr_expands"]:
-        meta = (meta.join(isr_changed.select(*PARTITION_KEY), on=PARTITION_KEY, how="left_anti")
-                .unionByName(isr_changed.select(*meta.columns)))
-    if figures["state_rows"]:
-        state = (state.join(state_out.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti")
-                 .unionByName(state_out.drop("round_id")))
-    return Carry(versions, _pinned_without_history(meta), _pinned_without_history(state),
-                 _pinned_without_history(pending_after), _pinned_without_history(attention),
-                 {g: int(figures[g]) for g in GAUGES}, dict(throttles), state_rows)
+    meta_rows = meta_rows.updated(isr_changed, figures["isr_shrinks"] + figures["isr_expands"])
+    state_rows = state_rows.updated(state_out.drop("round_id"), figures["state_rows"])
+    return Carry(versions, meta_rows, state_rows, pinned_without_history(pending_after),
+                 pinned_without_history(attention), {g: int(figures[g]) for g in GAUGES}, dict(throttles),
+                 state_table_rows)
 
 
 def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
@@ -974,11 +956,12 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
     seen = table_versions(storage)
     if carry is not None and carry.versions != seen:
         carry = None
-    meta_before, state_all = _read_meta_state(storage, inputs, carry)
-    meta_all, state_all, changed, state_changed, elections = _controller_step(  # 1. controller
-        storage, inputs, meta_before, state_all)
+    meta_before, state_rows = _read_meta_state(storage, inputs, carry)
+    meta_rows, state_rows, changed, state_changed, elections = _controller_step(  # 1. controller
+        storage, inputs, meta_before, state_rows)
     watch.lap("read meta and state, controller")
-    lso_requests, admin_version = _log_start_requests(spark, storage, inputs, _serving(meta_all, inputs), state_all)
+    lso_requests, admin_version = _log_start_requests(spark, storage, inputs, _serving(meta_rows.all(), inputs),
+                                                      state_rows.all())
     watch.lap("log start requests")
     inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
     inbox = inbox.localCheckpoint()
@@ -986,9 +969,10 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
         _pending_results(storage, inputs.last_pending_requests).localCheckpoint()
     watch.lap("read inbox and pending results")
     # the partitions this round can change (None: all); every step below sees only those
-    work = _working_set(inputs, carry, meta_all, changed, inbox, pending, lso_requests)
-    meta, serving = _within(meta_all, work), _serving(_within(meta_all, work), inputs)
-    replicas = _with_leader_log_start(_read_replicas(spark, inputs, serving, _within(state_all, work)), lso_requests)
+    work = _working_set(inputs, carry, meta_rows.all(), changed, inbox, pending, lso_requests)
+    meta = pinned(meta_rows.within(work))
+    serving = _serving(meta, inputs)
+    replicas = _with_leader_log_start(_read_replicas(spark, inputs, serving, state_rows.within(work)), lso_requests)
     watch.lap("working set, read replicas")
     validated = rules.validate_produce_requests(
         inbox, serving.select(*PARTITION_KEY, "leader", "leader_epoch", "isr", "min_isr", "message_max_bytes", "compact")
@@ -1038,37 +1022,36 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
         extra.append(truncations.select(F.col("broker").alias("truncated_broker")))
     figures = _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
                        results, pending_after, state_out, prefixes, producers_out, requested, extra,
-                       before=None if work is None else _within(meta_before, work))
+                       before=None if work is None else meta if meta_rows is meta_before
+                       else meta_before.within(work))
     if work is not None:  # the counts over the working set moved the last round's
         figures.update({g: carry.gauges[g] + figures[g] for g in GAUGES})
 
-    # commits: each broker's log once (its leader appends and its follower appends together), then
-    # the ISR changes, the replica state (HW), results, metrics
+    # commits: a diverging suffix goes before appending; the ISR changes before the HW they allow
+    # (DESIGN.md: persisted before they take effect); then each broker's log once (its leader and
+    # follower appends together), elections, replica state, producers and results, at once; the
+    # prefixes below new log start offsets after the appends; the rounds row last (recovery.py)
     watch.lap("compute (summary job)")
-    for broker in sorted(figures["truncated_brokers"]):  # a diverging suffix goes before appending
+    for broker in sorted(figures["truncated_brokers"]):
         storage.truncate_logs(broker, truncations.filter(F.col("broker") == broker).drop("broker"), round_id)
-    log_rows = appended.select(*LOG_SCHEMA.fieldNames(), "broker").unionByName(response.select(
-        *LOG_SCHEMA.fieldNames(), "broker"))
-    _append_per_broker(storage, log_rows, set(figures["leader_brokers"]) | set(figures["follower_brokers"]),
-                       round_id)
-    watch.lap("commit logs")
     if figures["partition_changes"]:
         storage.upsert(partition_rows.withColumn("round_id", F.lit(round_id).cast("long"))
-                       .select(*storage.read("partitions").columns), "partitions", PARTITION_KEY, round_id)
-    if figures["election_rows"]:
-        storage.append_table(elections, "elections", round_id)
-    if figures["state_rows"]:
-        storage.append_table(state_out, "replica_state", round_id)
-    watch.lap("commit partitions and state")
+                       .select(*PARTITIONS_SCHEMA.fieldNames()), "partitions", PARTITION_KEY, round_id)
+    watch.lap("commit truncations and ISR")
+    log_rows = appended.select(*LOG_SCHEMA.fieldNames(), "broker").unionByName(response.select(
+        *LOG_SCHEMA.fieldNames(), "broker"))
+    appends = [(log_rows.filter(F.col("broker") == broker).select(*LOG_SCHEMA.fieldNames()), storage.log_path(broker))
+               for broker in sorted(set(figures["leader_brokers"]) | set(figures["follower_brokers"]))]
+    appends += [(df, storage.path(table)) for df, table, rows in (
+        (elections, "elections", figures["election_rows"]), (state_out, "replica_state", figures["state_rows"]),
+        (producers_out, "producers", figures["producer_batches"]), (results, "results", figures["result_rows"]))
+        if rows]
+    storage.append_all(appends, round_id)
+    watch.lap("commit logs, state, producers, results")
     for broker in sorted(figures["prefix_brokers"]):
         storage.delete_log_prefixes(broker, prefixes.filter(F.col("broker") == broker)
                                     .select(*PARTITION_KEY, "log_start_offset"), round_id)
-    if figures["producer_batches"]:
-        storage.append_table(producers_out, "producers", round_id)
-    if figures["result_rows"]:
-        storage.append_table(results, "results", round_id)
-
-    watch.lap("commit prefixes, producers, results")
+    watch.lap("commit prefixes")
     deltas = {d["session_id"]: d["size_delta"] for d in figures["session_size_deltas"]}
     after = [replace(s, size=s.size + deltas.get(s.session_id, 0)) for s in inputs.sessions_after]
     report = RoundReport(
@@ -1080,13 +1063,15 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
     )
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds", round_id)
     watch.lap("commit rounds row")
-    current, total = _state_row_counts(storage, carry, state_all)
-    counts = _compact_state_if_due(storage, (current, total + figures["state_rows"]), round_id)
-    wrote = {"replica_state": int(bool(figures["state_rows"])) + int(counts[1] < total + figures["state_rows"]),
+    # replica_state's rows: as many current ones as replicas, and the table's (counted from its
+    # files' statistics when not carried)
+    table_rows = (carry.state_table_rows if carry is not None else storage.read("replica_state").count())
+    table_rows = _compact_state_if_due(storage, state_rows.base_rows, table_rows + figures["state_rows"], round_id)
+    wrote = {"replica_state": int(bool(figures["state_rows"])) + int(table_rows == state_rows.base_rows),
              "topics": 0, "results": int(bool(figures["result_rows"])),
              "partitions": int(bool(figures["partition_changes"]))}
-    carry_out = _carry_out(storage, seen, wrote, meta_all, state_all, isr_changed, state_out, pending_after, figures,
-                           _attention(followers, followers_after, hw), inputs.throttles, counts)
+    carry_out = _carry_out(storage, seen, wrote, meta_rows, state_rows, isr_changed, state_out, pending_after,
+                           figures, _attention(followers, followers_after, hw), inputs.throttles, table_rows)
     watch.lap("carry")
     watch.stop()
     return report, carry_out

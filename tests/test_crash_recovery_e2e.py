@@ -23,14 +23,16 @@ class Crash(Exception):
     """Stands for the process dying right after a commit."""
 
 
-def crash_after(storage, k):
-    """Makes the round raise right after its k-th commit."""
+def crash_after(storage, k=None, table=None):
+    """Makes the round raise right after its k-th commit, or right after its commit to `table`.
+    A round commits its appends at once (Storage.append_all): the ones already under way when it
+    raises land too, as they could when a process dies."""
     done = []
 
     def hook(path, step):
         done.append((path, step))
-        if len(done) == k:
-            raise Crash(f"after commit {k}: {path} ({step})")
+        if len(done) == k or (table is not None and path.endswith(f"/{table}")):
+            raise Crash(f"after commit {len(done)}: {path} ({step})")
 
     storage.after_commit = hook
     return done
@@ -114,16 +116,20 @@ def test_the_round_under_test_writes_every_table(clean, prepared):
     assert set(latest.values()) == {"acked"}  # the next round acks the acks=all requests
 
 
-@pytest.mark.parametrize("k", [1, 5, 7], ids=["after-log-commit-1-of-2", "after-state-merge", "before-rounds-row"])
-def test_a_round_killed_after_commit_k_and_run_again_equals_a_clean_run(spark, prepared, clean, tmp_path, k):
+@pytest.mark.parametrize("k,table", [(1, None), (None, "replica_state"), (7, None)],
+                         ids=["after-the-isr-commit", "after-the-state-commit", "before-rounds-row"])
+def test_a_round_killed_after_commit_k_and_run_again_equals_a_clean_run(spark, prepared, clean, tmp_path, k, table):
     base, now, round_id = prepared
     root = str(tmp_path / "root")
     shutil.copytree(base, root)
     crashed = Cluster.open(spark, root, clock=ManualClock(start_ms=now))
-    done = crash_after(crashed.storage, k)
+    done = crash_after(crashed.storage, k, table)
     with pytest.raises(Crash):
         crashed.run_round()
-    assert len(done) == k
+    # the ISR change commits first, alone; then the logs, elections, state, producers and results
+    # at once; the rounds row never
+    assert done[0][0].endswith("/partitions")
+    assert len(done) == k if k is not None else any(path.endswith(f"/{table}") for path, _ in done)
     assert crashed.storage.read("rounds").agg({"round_id": "max"}).first()[0] == round_id - 1
 
     # a new process, later: it undoes the landed commits and replays the round at its own time
@@ -147,7 +153,7 @@ def test_the_same_process_recovers_on_its_next_round_and_keeps_another_writers_t
     clean_cluster.run_round()
 
     crashed = Cluster.open(spark, roots["crashed"], clock=ManualClock(start_ms=now))
-    crash_after(crashed.storage, 6)  # logs, partitions, elections, replica_state, producers landed
+    crash_after(crashed.storage, table="replica_state")  # partitions, replica_state and others landed
     with pytest.raises(Crash):
         crashed.run_round()
     crashed.storage.after_commit = None

@@ -3,6 +3,7 @@ of re-reading the tables it has just written; a commit by anyone else to those t
 next round read them again."""
 
 from pipeline import Cluster
+from pipeline import round as round_module
 from pipeline.round import table_versions
 
 
@@ -33,3 +34,39 @@ def test_a_carried_round_sees_what_another_writer_committed_in_between(new_clust
     # the state it carries now is the tables' state, row for row
     state = cluster.storage.replica_state().drop("round_id")
     assert sorted(cluster._carry.state.collect()) == sorted(state.select(*cluster._carry.state.columns).collect())
+
+
+def test_a_round_works_on_the_partitions_that_changed_and_replica_state_is_compacted(new_cluster, clock,
+                                                                                    monkeypatch):
+    """Eight partitions, one produced to: the rounds after it carry only that partition's replicas
+    (a working set), the partition counts stay those of every partition, and replica_state, which
+    rounds append to, is rewritten as its current rows once the superseded ones are as many."""
+    monkeypatch.setattr(round_module, "STATE_COMPACTION_MIN_ROWS", 0)
+    cluster = new_cluster(brokers=3)
+    cluster.create_topic("t", partitions=8, replication_factor=3, config={"min.insync.replicas": "3"})
+    clock.advance(500)
+    first = cluster.run_round()  # no carry yet: every partition, full fetches open the sessions
+    assert (first.fetch_request_partitions, first.at_min_isr_partitions) == (16, 8)
+    storage = cluster.storage
+    reports, table_rows = [], [storage.read("replica_state").count()]
+    for i in range(4):
+        if i < 2:
+            cluster.produce("t", [{"value": f"v{i}", "partition": 3}], acks="all")
+        clock.advance(500)
+        reports.append(cluster.run_round())
+        table_rows.append(storage.read("replica_state").count())
+    # the appended record, fetched by both followers, then the HW they proved, then nothing
+    assert [(r.records_appended, r.records_replicated, r.fetch_response_partitions, r.active_partitions)
+            for r in reports] == [(1, 2, 2, 1), (1, 2, 2, 1), (0, 0, 2, 0), (0, 0, 0, 0)]
+    assert all(r.at_min_isr_partitions == 8 and r.under_replicated_partitions == 0 for r in reports)
+    assert committed(cluster, "t") == {p: (2 if p == 3 else 0) for p in range(8)}
+    # 24 current rows. The first round rewrote all 24 (every replica's fetch state and session):
+    # 24 superseded rows, as many as the current ones, so it compacted the table to the 24. Then
+    # partition 3's three replicas per active round, and nothing in the idle one.
+    assert table_rows == [24, 27, 30, 33, 33]
+    history = storage.spark.sql(f"DESCRIBE HISTORY delta.`{storage.path('replica_state')}`").collect()
+    assert any("step=compact" in (h["userMetadata"] or "") for h in history)
+    current = storage.replica_state()
+    assert current.count() == 24 and cluster._carry is not None
+    assert sorted(cluster._carry.state.collect()) == sorted(current.drop("round_id").select(
+        *cluster._carry.state.columns).collect())
