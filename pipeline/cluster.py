@@ -68,6 +68,7 @@ class Cluster:
         self._seen: tuple | None = None  # table versions and broker states at the last round
         self._rng = random.Random()  # fetch session ids
         self._brokers_seen: tuple | None = None  # (brokers table version, its rows)
+        self._topics_seen: tuple | None = None  # (topics table version, its rows by topic)
         self._pairs: tuple[int, dict[tuple[int, int], int]] | None = None  # (partitions version, fetch pairs)
         self._clients: tuple[int, consumer.ClientSessions] | None = None  # (version, consumers' sessions)
         self._consumer_requests: dict[str, list[sessions.Context]] = {}
@@ -138,7 +139,12 @@ class Cluster:
 
     # -- topics ------------------------------------------------------------------------------
     def _topic(self, topic: str):
-        return self.storage.read("topics").filter(F.col("topic") == topic).first()
+        """The topic's row (None: no such topic), from the topics table (O(topics) rows), re-read only
+        when its version changed: produce() asks on every call."""
+        version = self.storage.version("topics")
+        if self._topics_seen is None or self._topics_seen[0] != version:
+            self._topics_seen = (version, {r["topic"]: r for r in self.storage.read("topics").collect()})
+        return self._topics_seen[1].get(topic)
 
     def create_topic(self, topic: str, partitions: int = 1, replication_factor: int = 1,
                      config: Mapping[str, Any] | None = None) -> None:
