@@ -1,11 +1,12 @@
 """Where an active round spends its time, and what one idempotent Delta commit costs.
 
-    .venv/bin/python jobs/profile_round.py [--partitions 6] [--records 100] [--rounds 8]
+    .venv/bin/python jobs/profile_round.py [--partitions 100] [--records 1000] [--rounds 10]
     spark-submit jobs/profile_round.py ...
 
-Part 1 runs rounds on a fresh cluster (3 brokers, RF 3, one acks=all produce request of `--records`
-100-byte records before every round) and prints the median seconds of each driver-side phase
-(`pipeline.round.last_round_phases`) over the rounds after the first two (warm-up).
+Part 1 runs rounds on a fresh cluster (3 brokers, RF 3, one topic of `--partitions`, one acks=all
+produce request of `--records` 100-byte records before every round: by default issue 7's "1,000
+records into 100 partitions") and prints the median seconds and Spark jobs of each driver-side
+phase (`pipeline.round.last_round_phases`) over the rounds after the first two (warm-up).
 
 Part 2 appends the same 300 rows to one Delta table, alternating two ways of making the commit
 recognisable on replay: Delta's txnAppId/txnVersion writer options (Delta then rebuilds the
@@ -71,9 +72,9 @@ def compare_commits(spark, path: str, repeats: int = 10) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--partitions", type=int, default=6)
-    parser.add_argument("--records", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--partitions", type=int, default=100)
+    parser.add_argument("--records", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", default="benchmarks/profile_round.json")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the session (repeatable)")

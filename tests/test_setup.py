@@ -67,3 +67,17 @@ def test_a_root_given_as_a_uri_goes_through_hadoops_filesystem(spark, tmp_path):
     assert (tmp_path / "uri-root" / "brokers" / "1" / "log" / "_delta_log").is_dir()
     opened = Cluster.open(spark, root)
     assert sorted((r["partition"], r["leader"]) for r in opened.describe("t").collect()) == [(0, 0), (1, 1)]
+
+
+def test_spark_submit_runs_rounds_with_the_settings_local_runs_get():
+    """Under spark-submit the JVM starts from conf/spark-defaults.conf before get_spark() runs, so
+    its static settings (the file system, driver memory) must be there: each round setting of
+    FAST_CONFS, except the UI (an operator's job keeps its UI), with the same value."""
+    from pipeline.spark import FAST_CONFS
+    conf = {}
+    for line in (Path(__file__).resolve().parent.parent / "conf" / "spark-defaults.conf").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, value = line.split(None, 1)
+            conf[key] = value.strip()
+    wanted = {k: v for k, v in FAST_CONFS.items() if not k.startswith("spark.ui.enabled")}
+    assert {k: conf.get(k) for k in wanted} == wanted
