@@ -944,10 +944,31 @@ def _carry_out(storage: Storage, seen: tuple[int, ...], wrote: dict[str, int], m
                  state_table_rows)
 
 
+# A round's shuffles carry its working set, so one partition suits it (pipeline/spark.py); a round
+# whose inbox holds a backlog gets one shuffle partition per this many new records, as one task
+# sorting a 5,000,000-record inbox ran out of execution memory at 2 GB of driver memory
+BULK_ROWS_PER_SHUFFLE_PARTITION = 500_000
+_SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+def shuffle_partitions_for(new_records: int, configured: int) -> int:
+    """The round's shuffle partitions: the session's own, or more for a backlog of new records."""
+    return max(configured, -(-new_records // BULK_ROWS_PER_SHUFFLE_PARTITION))
+
+
 def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
               carry: Carry | None = None) -> tuple[RoundReport, Carry | None]:
     """One fetch round: leader append, follower fetch, ISR, high watermark, acks, metrics. Returns
     its report and what it carries to the next round (`carry` is the previous round's)."""
+    configured = spark.conf.get(_SHUFFLE_PARTITIONS)
+    try:
+        return _run_round(spark, storage, inputs, carry, int(configured))
+    finally:
+        spark.conf.set(_SHUFFLE_PARTITIONS, configured)
+
+
+def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry: Carry | None,
+               shuffle_partitions: int) -> tuple[RoundReport, Carry | None]:
     started = time.perf_counter()
     now, round_id = inputs.now_ms, inputs.round_id
 
@@ -965,6 +986,8 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
     watch.lap("log start requests")
     inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
     inbox = inbox.localCheckpoint()
+    if inbox_version > inputs.last_inbox_version:
+        spark.conf.set(_SHUFFLE_PARTITIONS, shuffle_partitions_for(inbox.count(), shuffle_partitions))
     pending = carry.pending if carry is not None else \
         _pending_results(storage, inputs.last_pending_requests).localCheckpoint()
     watch.lap("read inbox and pending results")

@@ -70,3 +70,36 @@ def test_a_round_works_on_the_partitions_that_changed_and_replica_state_is_compa
     assert current.count() == 24 and cluster._carry is not None
     assert sorted(cluster._carry.state.collect()) == sorted(current.drop("round_id").select(
         *cluster._carry.state.columns).collect())
+
+
+def test_a_round_with_a_backlog_in_its_inbox_shuffles_it_over_more_partitions(new_cluster, spark, clock,
+                                                                             monkeypatch):
+    """One shuffle partition suits a round's working set; a backlog of new inbox records gets one per
+    BULK_ROWS_PER_SHUFFLE_PARTITION (one task sorting millions of records ran out of memory), for
+    that round only: the session's own setting is back afterwards, and the next round uses it."""
+    assert round_module.shuffle_partitions_for(0, 1) == 1
+    assert round_module.shuffle_partitions_for(500_000, 1) == 1
+    assert round_module.shuffle_partitions_for(500_001, 1) == 2
+    assert round_module.shuffle_partitions_for(5_000_000, 1) == 10
+    assert round_module.shuffle_partitions_for(10, 8) == 8  # never below the session's own
+    monkeypatch.setattr(round_module, "BULK_ROWS_PER_SHUFFLE_PARTITION", 5)
+    cluster = new_cluster(brokers=2)
+    cluster.create_topic("t", partitions=3, replication_factor=2)
+    seen = []  # the setting while the round commits its appends
+    append_all = type(cluster.storage).append_all
+
+    def observed(storage, appends, round_id):
+        seen.append(spark.conf.get("spark.sql.shuffle.partitions"))
+        return append_all(storage, appends, round_id)
+
+    monkeypatch.setattr(type(cluster.storage), "append_all", observed)
+    configured = spark.conf.get("spark.sql.shuffle.partitions")
+    cluster.produce("t", [{"value": f"v{i}", "partition": i % 3} for i in range(18)], acks="all")
+    for _ in range(3):
+        clock.advance(500)
+        cluster.run_round()
+    assert seen[0] == str(max(int(configured), 4)) and seen[1:] == [configured]  # the third: idle
+    assert spark.conf.get("spark.sql.shuffle.partitions") == configured
+    assert committed(cluster, "t") == {0: 6, 1: 6, 2: 6}
+    assert sorted(bytes(r["value"]).decode() for r in cluster.read("t").collect()) == sorted(
+        f"v{i}" for i in range(18))
