@@ -345,6 +345,7 @@ class Cluster:
             last_admin_version=last.admin_version if last else 0,
             retention_due=retention_due, last_retention_check_ms=checked or 0,
             last_pending_requests=last.pending_requests if last else None, batch_id=batch_id,
+            last_records_replicated=last.records_replicated if last else 0,
             restarted=restarted, controller=decisions, **session_inputs,
             inbox_to_version=replay.inbox_version if replay is not None else None,
             admin_to_version=replay.admin_version if replay is not None else None)

@@ -129,6 +129,7 @@ class RoundInputs:
     retention_due: bool = False
     last_retention_check_ms: int = 0
     last_pending_requests: int | None = None  # None: unknown, read the results table
+    last_records_replicated: int = 0  # by the last round: followers far behind make a bulk round
     batch_id: int | None = None  # the streaming job's micro-batch, recorded in the rounds row
     # KIP-227: what each leader made of each follower's fetch request this round, and the caches and
     # handles after them (see fetch_session.round_contexts)
@@ -949,6 +950,12 @@ def _carry_out(storage: Storage, seen: tuple[int, ...], wrote: dict[str, int], m
 # sorting a 5,000,000-record inbox ran out of execution memory at 2 GB of driver memory
 BULK_ROWS_PER_SHUFFLE_PARTITION = 500_000
 _SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+# Interpreted expressions suit small rounds (no compiles); a bulk round (this many new inbox records,
+# or followers that fetched this many in the last round and may still be behind) compiles them:
+# 1,000,000 records, 100 partitions, rounds 1-3 took 61.8 / 28.1 / 24.4 s interpreted and
+# 41.5 / 22.3 / 17.0 s compiled (jobs/benchmark.py --scenario throughput --max-rounds 3)
+BULK_ROWS_FOR_CODEGEN = 100_000
+_CODEGEN = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
 
 
 def shuffle_partitions_for(new_records: int, configured: int) -> int:
@@ -959,12 +966,25 @@ def shuffle_partitions_for(new_records: int, configured: int) -> int:
 def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
               carry: Carry | None = None) -> tuple[RoundReport, Carry | None]:
     """One fetch round: leader append, follower fetch, ISR, high watermark, acks, metrics. Returns
-    its report and what it carries to the next round (`carry` is the previous round's)."""
-    configured = spark.conf.get(_SHUFFLE_PARTITIONS)
+    its report and what it carries to the next round (`carry` is the previous round's). A bulk
+    round's Spark settings (shuffle partitions, code generation) hold for that round only."""
+    keys = (_SHUFFLE_PARTITIONS, *_CODEGEN)
+    configured = {k: spark.conf.get(k, None) for k in keys}
     try:
-        return _run_round(spark, storage, inputs, carry, int(configured))
+        return _run_round(spark, storage, inputs, carry, int(configured[_SHUFFLE_PARTITIONS]))
     finally:
-        spark.conf.set(_SHUFFLE_PARTITIONS, configured)
+        for key, value in configured.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def _bulk_settings(spark: SparkSession, new_records: int, last_replicated: int, shuffle_partitions: int) -> None:
+    spark.conf.set(_SHUFFLE_PARTITIONS, shuffle_partitions_for(new_records, shuffle_partitions))
+    if max(new_records, last_replicated) >= BULK_ROWS_FOR_CODEGEN:
+        for key, value in _CODEGEN.items():
+            spark.conf.set(key, value)
 
 
 def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry: Carry | None,
@@ -986,8 +1006,8 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     watch.lap("log start requests")
     inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
     inbox = inbox.localCheckpoint()
-    if inbox_version > inputs.last_inbox_version:
-        spark.conf.set(_SHUFFLE_PARTITIONS, shuffle_partitions_for(inbox.count(), shuffle_partitions))
+    _bulk_settings(spark, inbox.count() if inbox_version > inputs.last_inbox_version else 0,
+                   inputs.last_records_replicated, shuffle_partitions)
     pending = carry.pending if carry is not None else \
         _pending_results(storage, inputs.last_pending_requests).localCheckpoint()
     watch.lap("read inbox and pending results")

@@ -72,34 +72,51 @@ def test_a_round_works_on_the_partitions_that_changed_and_replica_state_is_compa
         *cluster._carry.state.columns).collect())
 
 
-def test_a_round_with_a_backlog_in_its_inbox_shuffles_it_over_more_partitions(new_cluster, spark, clock,
-                                                                             monkeypatch):
-    """One shuffle partition suits a round's working set; a backlog of new inbox records gets one per
-    BULK_ROWS_PER_SHUFFLE_PARTITION (one task sorting millions of records ran out of memory), for
-    that round only: the session's own setting is back afterwards, and the next round uses it."""
+def test_a_bulk_round_shuffles_over_more_partitions_and_compiles_its_expressions(new_cluster, spark, clock,
+                                                                                  monkeypatch):
+    """One shuffle partition and interpreted expressions suit a round's working set. A backlog of new
+    inbox records gets one shuffle partition per BULK_ROWS_PER_SHUFFLE_PARTITION (one task sorting
+    millions of records ran out of memory), and a round with BULK_ROWS_FOR_CODEGEN new records, or
+    after a round that replicated that many, compiled expressions; for that round only: the
+    session's own settings are back afterwards, and a small round uses them."""
     assert round_module.shuffle_partitions_for(0, 1) == 1
     assert round_module.shuffle_partitions_for(500_000, 1) == 1
     assert round_module.shuffle_partitions_for(500_001, 1) == 2
     assert round_module.shuffle_partitions_for(5_000_000, 1) == 10
     assert round_module.shuffle_partitions_for(10, 8) == 8  # never below the session's own
     monkeypatch.setattr(round_module, "BULK_ROWS_PER_SHUFFLE_PARTITION", 5)
+    monkeypatch.setattr(round_module, "BULK_ROWS_FOR_CODEGEN", 10)
     cluster = new_cluster(brokers=2)
     cluster.create_topic("t", partitions=3, replication_factor=2)
-    seen = []  # the setting while the round commits its appends
+    keys = ("spark.sql.shuffle.partitions", "spark.sql.codegen.factoryMode")
+    seen = []  # the settings while each round commits its appends
     append_all = type(cluster.storage).append_all
 
     def observed(storage, appends, round_id):
-        seen.append(spark.conf.get("spark.sql.shuffle.partitions"))
+        seen.append(tuple(spark.conf.get(k) for k in keys))
         return append_all(storage, appends, round_id)
 
     monkeypatch.setattr(type(cluster.storage), "append_all", observed)
-    configured = spark.conf.get("spark.sql.shuffle.partitions")
+    configured = tuple(spark.conf.get(k) for k in keys)
+    assert configured[1] == "NO_CODEGEN"
+
+    def rounds(n):
+        reports = []
+        for _ in range(n):
+            clock.advance(500)
+            reports.append(cluster.run_round())
+        return reports
+
     cluster.produce("t", [{"value": f"v{i}", "partition": i % 3} for i in range(18)], acks="all")
-    for _ in range(3):
-        clock.advance(500)
-        cluster.run_round()
-    assert seen[0] == str(max(int(configured), 4)) and seen[1:] == [configured]  # the third: idle
-    assert spark.conf.get("spark.sql.shuffle.partitions") == configured
-    assert committed(cluster, "t") == {0: 6, 1: 6, 2: 6}
+    first = rounds(3)
+    assert first[0].records_replicated == 18
+    # 18 new records: 4 shuffle partitions, compiled; then, after 18 replicated, compiled; then idle
+    assert seen == [(str(max(int(configured[0]), 4)), "FALLBACK"), (configured[0], "FALLBACK")]
+    assert tuple(spark.conf.get(k) for k in keys) == configured
+    cluster.produce("t", [{"value": "w", "partition": 0}], acks="all")
+    seen.clear()
+    rounds(2)
+    assert seen[0] == configured
+    assert committed(cluster, "t") == {0: 7, 1: 6, 2: 6}
     assert sorted(bytes(r["value"]).decode() for r in cluster.read("t").collect()) == sorted(
-        f"v{i}" for i in range(18))
+        [f"v{i}" for i in range(18)] + ["w"])
