@@ -23,12 +23,18 @@ FOLD_SHARE = 10
 FOLD_MIN_ROWS = 1_000
 
 
+def _as_rows(df: DataFrame) -> DataFrame:
+    """`df`'s rows as a plan of its own (an RDD scan): no constraints, statistics or lineage of the
+    plan that made it."""
+    jdf = df._jdf
+    fresh = df.sparkSession._jsparkSession.internalCreateDataFrame(jdf.queryExecution().toRdd(), jdf.schema(), False)
+    return ClassicDataFrame(fresh, df.sparkSession)
+
+
 def pinned(df: DataFrame) -> DataFrame:
     """`df` computed once, as a plan without the constraints of the plan that made it (Spark 4.2's
     localCheckpoint of a union whose sides carry filters on array columns fails rewriting them)."""
-    jdf = df._jdf
-    fresh = df.sparkSession._jsparkSession.internalCreateDataFrame(jdf.queryExecution().toRdd(), jdf.schema(), False)
-    return ClassicDataFrame(fresh, df.sparkSession).localCheckpoint()
+    return _as_rows(df).localCheckpoint()
 
 
 def pinned_without_history(df: DataFrame) -> DataFrame:
@@ -36,9 +42,7 @@ def pinned_without_history(df: DataFrame) -> DataFrame:
     origin plan's size estimate, and a carried DataFrame is made from the last round's, which was
     made from the one before: without this the estimates multiply round after round until
     planning a join spends minutes in BigInteger arithmetic (seen in jobs/profile_round.py)."""
-    jdf = df.localCheckpoint()._jdf
-    fresh = df.sparkSession._jsparkSession.internalCreateDataFrame(jdf.queryExecution().toRdd(), jdf.schema(), False)
-    return ClassicDataFrame(fresh, df.sparkSession)
+    return _as_rows(df.localCheckpoint())
 
 
 def within(df: DataFrame, keys_df: DataFrame | None) -> DataFrame:
@@ -89,7 +93,7 @@ class Keyed:
         rows = rows.select(*self.base.columns)
         changed_rows = self.changed_rows + count
         if changed_rows >= max(self.base_rows // FOLD_SHARE, FOLD_MIN_ROWS):
-            return Keyed.of(Keyed(self.keys, self.base, self.base_rows, self.changes).updated_all(rows), keys)
+            return Keyed.of(self.updated_all(rows), keys)
         changes = rows if self.changes is None else (
             self.changes.join(rows.select(*keys), on=keys, how="left_anti").unionByName(rows))
         return Keyed(self.keys, self.base, self.base_rows, pinned_without_history(changes), changed_rows)

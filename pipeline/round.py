@@ -250,6 +250,11 @@ def _by_key(keys: list[Any], pairs: dict[Any, Any], cast: str) -> Any:
     return column.cast(cast)
 
 
+def _fetch_pair(context: Any) -> tuple[int, int]:
+    """(follower broker, leader broker) of a replica fetcher's fetch context."""
+    return int(context.fetcher[len(sessions.REPLICA_FETCHER_PREFIX):]), context.leader
+
+
 def _with_broker_settings(replicas: DataFrame, inputs: RoundInputs) -> DataFrame:
     """Each replica row with its broker's fetcher (is_paused, broker_last_fetch_ms: its last fetch;
     partition_max_bytes, response_max_bytes: the fetch limits, a throttle's included) and the
@@ -259,8 +264,7 @@ def _with_broker_settings(replicas: DataFrame, inputs: RoundInputs) -> DataFrame
                   for b in inputs.brokers}
     limit = {b: min(inputs.throttles[b], config["replica.fetch.max.bytes"]) if inputs.throttles.get(b)
              else config["replica.fetch.max.bytes"] for b in inputs.brokers}
-    prefix = len(sessions.REPLICA_FETCHER_PREFIX)
-    contexts = {(int(c.fetcher[prefix:]), c.leader): c for c in inputs.contexts}
+    contexts = {_fetch_pair(c): c for c in inputs.contexts}
     return replicas.withColumns({
         "is_paused": F.coalesce(F.col("broker").isin(*inputs.paused_brokers), F.lit(False)),
         "broker_last_fetch_ms": _by_key(["broker"], {b: v for b, v in last_fetch.items() if v is not None}, "long"),
@@ -521,8 +525,7 @@ def _working_set(inputs: RoundInputs, carry: Carry | None, meta: DataFrame, chan
         return None
     keys = [carry.attention, inbox.select(*PARTITION_KEY), pending.select(*PARTITION_KEY)]
     keys += [df.select(*PARTITION_KEY) for df in (changed, lso_requests) if df is not None]
-    prefix = len(sessions.REPLICA_FETCHER_PREFIX)
-    full = [(int(c.fetcher[prefix:]), c.leader) for c in inputs.contexts if c.kind in ("full", "sessionless")]
+    full = [_fetch_pair(c) for c in inputs.contexts if c.kind in ("full", "sessionless")]
     if full:
         carried = reduce(lambda a, b: a | b, [(F.col("leader") == leader) & F.array_contains("replicas", follower)
                                               for follower, leader in full])
