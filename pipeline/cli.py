@@ -8,7 +8,8 @@
     replog consume  --topic T (--from-beginning | --offset N) [--partition P] [--replica B]
                     [--isolation read_committed|read_uncommitted] [--print-key]
     replog run      --rounds N | --until-committed [--max-rounds 50]
-    replog brokers
+    replog brokers  [--add | --decommission B]
+    replog reassign --json FILE (--execute | --verify)     (kafka-reassign-partitions' JSON)
     replog sessions [--leader B]
     replog consumer-groups --list | --describe --group G
                     | --reset-offsets --group G --topic T (--to-earliest | --to-latest | --to-offset N) [--execute]
@@ -28,7 +29,7 @@ from typing import Any, Callable, Iterator
 from pipeline.errors import ErrorCode, ReplogError
 
 _FILTERS = {
-    "under_replicated_partitions": "size(isr) < size(replicas)",
+    "under_replicated_partitions": "size(isr) < size(replicas) - size(removing_replicas)",
     "under_min_isr_partitions": "size(isr) < min_isr",
     "unavailable_partitions": "leader = -1",
 }
@@ -83,7 +84,10 @@ def describe_line(r: Any) -> str:
     """A `replog.partitions` row as kafka-topics.sh --describe prints a partition, with HW and LEO."""
     return (f"\tTopic: {r['topic']}\tPartition: {r['partition']}\tLeader: {r['leader']}\t"
             f"Replicas: {','.join(map(str, r['replicas']))}\tIsr: {','.join(map(str, r['isr']))}\t"
-            f"HighWatermark: {r['high_watermark']}\tLogEndOffset: {r['log_end_offset']}")
+            f"HighWatermark: {r['high_watermark']}\tLogEndOffset: {r['log_end_offset']}"
+            + "".join(f"\t{label}: {','.join(map(str, r[column]))}" for label, column in
+                      (("Adding Replicas", "adding_replicas"), ("Removing Replicas", "removing_replicas"))
+                      if r[column]))
 
 
 def _configs(config_json: str | None) -> str:
@@ -170,12 +174,72 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 def cmd_brokers(args: argparse.Namespace) -> None:
     cluster = _open(args)
+    if args.add:
+        print(f"Added broker {cluster.add_broker()}.")
+        return
+    if args.decommission is not None:
+        plan = cluster.decommission_broker(args.decommission)
+        print(f"Decommissioning broker {args.decommission}: {len(plan)} partitions move off it.")
+        for (topic, partition), target in sorted(plan.items()):
+            print(f"\t{topic}-{partition} -> {','.join(map(str, target))}")
+        return
     leaders = {r["leader"]: r["n"] for r in cluster.describe().groupBy("leader").count()
                .withColumnRenamed("count", "n").collect()}
     print("Broker\tState\tFetcher\tLeaders")
     for r in cluster.broker_states().orderBy("broker").collect():  # O(brokers)
         fetcher = "paused" if r["fetcher_paused"] else "running"
-        print(f"{r['broker']}\t{r['state']}\t{fetcher}\t{leaders.get(r['broker'], 0)}")
+        state = "decommissioned" if r["decommissioned"] else r["state"]
+        print(f"{r['broker']}\t{state}\t{fetcher}\t{leaders.get(r['broker'], 0)}")
+
+
+def reassignment_json(text: str) -> dict[tuple[str, int], list[int]]:
+    """kafka-reassign-partitions' JSON ({"version": 1, "partitions": [{"topic", "partition",
+    "replicas"[, "log_dirs"]}]}) as reassign_partitions' mapping; INVALID_REPLICA_ASSIGNMENT when
+    it is not that."""
+    def bad(why: str) -> ReplogError:
+        return ReplogError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"reassignment JSON: {why}")
+    try:
+        doc = json.loads(text)
+    except ValueError as err:
+        raise bad(f"not JSON ({err})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), list):
+        raise bad('expected {"version": 1, "partitions": [...]}')
+    if doc.get("version", 1) != 1:
+        raise bad(f"version {doc.get('version')!r} is not 1")
+    mapping = {}
+    for entry in doc["partitions"]:
+        if not isinstance(entry, dict) or not {"topic", "partition", "replicas"} <= entry.keys():
+            raise bad(f"each partition needs topic, partition and replicas, got {entry!r}")
+        key = (entry["topic"], entry["partition"])
+        if key in mapping:
+            raise bad(f"{key[0]}-{key[1]} is listed twice")
+        mapping[key] = entry["replicas"]
+    return mapping
+
+
+def cmd_reassign(args: argparse.Namespace) -> None:
+    """kafka-reassign-partitions --execute / --verify with a reassignment JSON file."""
+    with open(args.json) as f:
+        mapping = reassignment_json(f.read())
+    cluster = _open(args)
+    if args.execute:
+        cluster.reassign_partitions(mapping)
+        print(f"Started the reassignment of {len(mapping)} partitions (the next round applies it).")
+        return
+    progress = {(r["topic"], r["partition"]): r for r in cluster.reassignments().collect()}  # O(reassigning)
+    current = {(r["topic"], r["partition"]): r["replicas"] for r in cluster.describe().collect()
+               if (r["topic"], r["partition"]) in mapping}
+    print("Status of partition reassignment:")
+    for (topic, partition), target in sorted(mapping.items()):
+        row = progress.get((topic, partition))
+        if row is not None:
+            print(f"Reassignment of partition {topic}-{partition} is still in progress "
+                  f"({row['records_left']} records, {row['bytes_left']} bytes left to copy).")
+        elif current.get((topic, partition)) == list(target):
+            print(f"Reassignment of partition {topic}-{partition} is completed.")
+        else:
+            print(f"There is no active reassignment of partition {topic}-{partition}, "
+                  f"but replica set is {current.get((topic, partition))} rather than {list(target)}.")
 
 
 def cmd_sessions(args: argparse.Namespace) -> None:
@@ -271,7 +335,16 @@ def _parser() -> argparse.ArgumentParser:
     how.add_argument("--until-committed", action="store_true")
     p.add_argument("--max-rounds", type=int, default=50, help="--until-committed gives up after this many")
 
-    command("brokers", cmd_brokers, "brokers with their state and leader counts")
+    p = command("brokers", cmd_brokers, "brokers with their state and leader counts; add or decommission one")
+    change = p.add_mutually_exclusive_group()
+    change.add_argument("--add", action="store_true", help="register a new empty broker")
+    change.add_argument("--decommission", type=int, metavar="B", help="move every replica off broker B")
+
+    p = command("reassign", cmd_reassign, "reassign partitions (kafka-reassign-partitions)")
+    p.add_argument("--json", required=True, metavar="FILE", help="the reassignment JSON file")
+    step = p.add_mutually_exclusive_group(required=True)
+    step.add_argument("--execute", action="store_true")
+    step.add_argument("--verify", action="store_true")
 
     p = command("sessions", cmd_sessions, "the leaders' incremental fetch sessions (KIP-227)")
     p.add_argument("--leader", type=int, help="only this leader's session cache")

@@ -69,7 +69,7 @@ class Cluster:
         self._rng = random.Random()  # fetch session ids
         self._brokers_seen: tuple | None = None  # (brokers table version, its rows)
         self._topics_seen: tuple | None = None  # (topics table version, its rows by topic)
-        self._pairs: tuple[int, dict[tuple[int, int], int]] | None = None  # (partitions version, fetch pairs)
+        self._pairs: tuple[int, tuple] | None = None  # (partitions version, (fetch pairs, reassigning))
         self._clients: tuple[int, consumer.ClientSessions] | None = None  # (version, consumers' sessions)
         self._consumer_requests: dict[str, list[sessions.Context]] = {}
         self._last_clean_ms: int | None = None  # the log cleaner's last pass (compact_if_due)
@@ -90,6 +90,8 @@ class Cluster:
         storage.ensure("cleaner_runs")
         storage.ensure_columns("brokers")
         storage.ensure_columns("replica_state")
+        storage.ensure_columns("partitions")  # ... before reassignments
+        storage.ensure_columns("admin")
         views.register_views(spark, storage, brokers, config["min.insync.replicas"])
 
     # -- factories ---------------------------------------------------------------------------
@@ -108,7 +110,7 @@ class Cluster:
         storage.create_tables(ids)
         now = clock.now_ms()
         storage.append_table(spark.createDataFrame(
-            [(b, storage.broker_root(b), False, None, now, controller.RUNNING, now, False) for b in ids],
+            [(b, storage.broker_root(b), False, None, now, controller.RUNNING, now, False, False) for b in ids],
             BROKERS_SCHEMA), "brokers")
         storage._create(storage.path("cluster"), CLUSTER_SCHEMA, {})
         storage.append_table(spark.createDataFrame(
@@ -159,11 +161,16 @@ class Cluster:
         overrides = validate_topic_config(config, rf)
         if self._topic(topic) is not None:
             raise ReplogError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic '{topic}' already exists")
+        placeable = self._placeable_brokers()
+        if rf > len(placeable):
+            raise ReplogError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                              f"replication factor {rf} is more than the {len(placeable)} brokers that take new "
+                              f"replicas ({len(self.brokers) - len(placeable)} being decommissioned)")
         now = self.clock.now_ms()
-        start = self.storage.read("topics").count() % len(self.brokers)
-        assignment = assign_replicas(self.brokers, partitions, rf, start_index=start)
+        start = self.storage.read("topics").count() % len(placeable)
+        assignment = assign_replicas(placeable, partitions, rf, start_index=start)
         self.storage.append_table(self.spark.createDataFrame(
-            [(topic, p, r[0], 0, 0, r, r, 0, self._round_id) for p, r in enumerate(assignment)],
+            [(topic, p, r[0], 0, 0, r, r, 0, self._round_id, [], []) for p, r in enumerate(assignment)],
             PARTITIONS_SCHEMA), "partitions")
         self.storage.append_table(self.spark.createDataFrame(
             [(topic, p, b, 0, 0, 0, 0, now, 0, now, 0, 0, 0, -1, -1, 0, self._round_id)
@@ -204,11 +211,20 @@ class Cluster:
 
     # -- rounds ------------------------------------------------------------------------------
     def _broker_rows(self) -> list:
-        """The brokers table (O(brokers) rows), re-read only when it changed."""
+        """The brokers table (O(brokers) rows), re-read only when it changed; a broker another
+        process added (add_broker) joins `brokers` here."""
         version = self.storage.version("brokers")
         if self._brokers_seen is None or self._brokers_seen[0] != version:
             self._brokers_seen = (version, self.storage.read("brokers").collect())
+            registered = sorted(r["broker"] for r in self._brokers_seen[1])
+            if registered != self.brokers:
+                self.brokers = registered
+                views.register_views(self.spark, self.storage, registered, self.config["min.insync.replicas"])
         return self._brokers_seen[1]
+
+    def _placeable_brokers(self) -> list[int]:
+        """Brokers new replicas may go to: every registered one not being decommissioned."""
+        return [r["broker"] for r in sorted(self._broker_rows(), key=lambda r: r["broker"]) if not r["decommissioned"]]
 
     def _broker_states(self) -> tuple[dict[int, int | None], dict[int, int]]:
         """(brokers that do not fetch -> their last fetch, throttles): a paused fetcher, and a
@@ -269,11 +285,28 @@ class Cluster:
     def _fetch_pairs(self, partitions_version: int) -> dict[tuple[int, int], int]:
         """(follower, leader) -> partitions the follower fetches from that leader: the fetch
         requests of a round (O(brokers^2) values, recounted only when the metadata changes)."""
+        return self._metadata_summary(partitions_version)[0]
+
+    def _reassigning(self, partitions_version: int) -> bool:
+        """Whether a partition has a reassignment in progress (KIP-455)."""
+        return self._metadata_summary(partitions_version)[1]
+
+    def _metadata_summary(self, partitions_version: int) -> tuple[dict[tuple[int, int], int], bool]:
+        """(fetch pairs, reassigning), from one aggregation of the partitions table, re-run only
+        when its version changed."""
         if self._pairs is None or self._pairs[0] != partitions_version:
-            rows = (self.storage.read("partitions").filter(F.col("leader") != -1)
+            partitions = self.storage.read("partitions")
+            rows = (partitions.filter(F.col("leader") != -1)
                     .select("leader", F.explode("replicas").alias("follower"))
-                    .filter(F.col("follower") != F.col("leader")).groupBy("follower", "leader").count().collect())
-            self._pairs = (partitions_version, {(r["follower"], r["leader"]): r["count"] for r in rows})
+                    .filter(F.col("follower") != F.col("leader")).groupBy("follower", "leader").count()
+                    .unionByName(partitions.filter(controller.reassignment_in_progress(
+                        F.col("adding_replicas"), F.col("removing_replicas")))
+                        .select(F.lit(-1).alias("follower"), F.lit(-1).alias("leader"), F.lit(1).cast("long").alias("count"))
+                        .limit(1))
+                    .collect())
+            self._pairs = (partitions_version, ({(r["follower"], r["leader"]): r["count"] for r in rows
+                                                 if r["follower"] != -1},
+                                                any(r["follower"] == -1 for r in rows)))
         return self._pairs[1]
 
     def _client_sessions(self) -> consumer.ClientSessions:
@@ -346,6 +379,7 @@ class Cluster:
             retention_due=retention_due, last_retention_check_ms=checked or 0,
             last_pending_requests=last.pending_requests if last else None, batch_id=batch_id,
             last_records_replicated=last.records_replicated if last else 0,
+            reassigning=self._reassigning(partitions_version),
             restarted=restarted, controller=decisions, **session_inputs,
             inbox_to_version=replay.inbox_version if replay is not None else None,
             admin_to_version=replay.admin_version if replay is not None else None)
@@ -571,7 +605,7 @@ class Cluster:
             raise ReplogError(ErrorCode.OFFSET_OUT_OF_RANGE,
                               f"before_offset must be -1 or between 0 and the high watermark {hw}, got {before_offset!r}")
         self.storage.append_table(self.spark.createDataFrame(
-            [(str(uuid.uuid4()), "delete_records", topic, partition, before_offset, self.clock.now_ms())],
+            [(str(uuid.uuid4()), "delete_records", topic, partition, before_offset, self.clock.now_ms(), None)],
             ADMIN_SCHEMA), "admin")
         return max(start, before_offset)
 
@@ -799,7 +833,114 @@ class Cluster:
                                   f"topic '{topic}' has no partition {partition!r}")
             topics = [topic]
         now = self.clock.now_ms()
-        rows = [(str(uuid.uuid4()), "elect_preferred", t, -1 if partition is None else partition, -1, now)
+        rows = [(str(uuid.uuid4()), "elect_preferred", t, -1 if partition is None else partition, -1, now, None)
                 for t in topics]
         if rows:
             self.storage.append_table(self.spark.createDataFrame(rows, ADMIN_SCHEMA), "admin")
+
+    # -- reassignments and brokers (KIP-455; kafka-reassign-partitions) ---------------------------
+    def reassign_partitions(self, assignment: Mapping[tuple[str, int], Any]) -> None:
+        """Kafka's AlterPartitionReassignments (kafka-reassign-partitions --execute): at the next
+        round each named partition's replicas grow to the target list; the new ones fetch from the
+        leader's log start offset, outside the ISR and not electable, until they meet the ISR
+        expansion rule; then the replicas become the target, the ones left out leave (their logs
+        are deleted) and leadership moves if the leader left. Raising the replication factor is a
+        target with more replicas. A target equal to the replicas before an unfinished
+        reassignment cancels it. Progress: `reassignments()` (`replog.reassignments`).
+
+        `assignment`: {(topic, partition): [broker, ...]}. Every entry is checked before anything
+        is written: UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT (empty, duplicate,
+        unknown or decommissioning brokers)."""
+        if not isinstance(assignment, Mapping) or not assignment:
+            raise ReplogError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                              "give a non-empty mapping {(topic, partition): [broker, ...]}")
+        rows, now = [], self.clock.now_ms()
+        placeable = set(self._placeable_brokers())
+        for key, target in assignment.items():
+            topic, partition = self._check_partition(key)
+            rows.append((str(uuid.uuid4()), "reassign", topic, partition, -1, now,
+                         self._check_target(topic, partition, target, placeable)))
+        self.storage.append_table(self.spark.createDataFrame(rows, ADMIN_SCHEMA), "admin")
+
+    def _check_partition(self, key: Any) -> tuple[str, int]:
+        if not isinstance(key, tuple) or len(key) != 2:
+            raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{key!r} is not a (topic, partition) pair")
+        topic, partition = key
+        meta = self._topic(topic) if isinstance(topic, str) else None
+        if meta is None:
+            raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < meta["partitions"]:
+            raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic '{topic}' has no partition {partition!r}")
+        return topic, partition
+
+    def _check_target(self, topic: str, partition: int, target: Any, placeable: set[int]) -> list[int]:
+        where = f"{topic}-{partition}"
+        if isinstance(target, (str, bytes)) or not hasattr(target, "__iter__"):
+            raise ReplogError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: replicas must be a list of broker ids")
+        target = list(target)
+        if not target:
+            raise ReplogError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: the replica list is empty")
+        if any(isinstance(b, bool) or not isinstance(b, int) for b in target):
+            raise ReplogError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: broker ids must be ints, got {target!r}")
+        if len(set(target)) != len(target):
+            raise ReplogError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"{where}: duplicate brokers in {target}")
+        unknown = [b for b in target if b not in self.brokers]
+        if unknown:
+            raise ReplogError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                              f"{where}: unknown brokers {unknown} (registered: {self.brokers})")
+        leaving = [b for b in target if b not in placeable]
+        if leaving:
+            raise ReplogError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                              f"{where}: brokers {leaving} are being decommissioned")
+        return target
+
+    def reassignments(self) -> DataFrame:
+        """Partitions with a reassignment in progress (kafka-reassign-partitions --verify, Kafka's
+        ListPartitionReassignments): topic, partition, replicas, isr, adding, removing, and per
+        partition the records and bytes its adding replicas still have to fetch from the leader."""
+        return self.spark.sql(views.reassignments_sql(self.storage, self.brokers))
+
+    def add_broker(self) -> int:
+        """Registers a new, empty broker (the next id) and returns its id; it hosts nothing until a
+        reassignment or a new topic places replicas on it."""
+        self._broker_rows()
+        broker = max(self.brokers) + 1
+        now = self.clock.now_ms()
+        self.storage.create_log(broker)  # the log first: a registered broker always has one
+        self.storage.append_table(self.spark.createDataFrame(
+            [(broker, self.storage.broker_root(broker), False, None, now, controller.RUNNING, now, False, False)],
+            BROKERS_SCHEMA), "brokers")
+        self._broker_rows()
+        return broker
+
+    def decommission_broker(self, broker: int) -> dict[tuple[str, int], list[int]]:
+        """Moves every replica off `broker` by reassignment, each to the broker (not yet a replica
+        of that partition, not being decommissioned) that holds the fewest replicas, and takes no
+        new replicas on it. Refused (INVALID_REPLICATION_FACTOR, nothing written) while some
+        partition would have nowhere to go: its replication factor would drop. Returns the targets."""
+        if isinstance(broker, bool) or not isinstance(broker, int) or broker not in self.brokers:
+            raise ReplogError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker {broker!r}")
+        others = [b for b in self._placeable_brokers() if b != broker]
+        rows = self.storage.read("partitions").select("topic", "partition", "replicas", "removing_replicas").collect()
+        targets = {(r["topic"], r["partition"]): [b for b in r["replicas"] if b not in (r["removing_replicas"] or [])]
+                   for r in rows}
+        load = {b: 0 for b in others}
+        for replicas in targets.values():
+            for b in replicas:
+                if b in load:
+                    load[b] += 1
+        plan = {}
+        for key in sorted(k for k, replicas in targets.items() if broker in replicas):
+            replicas = targets[key]
+            free = [b for b in others if b not in replicas]
+            if not free:
+                raise ReplogError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                  f"broker {broker} cannot be decommissioned: {key[0]}-{key[1]} has replicas {replicas} "
+                                  f"and no other broker to move to (its replication factor would drop)")
+            to = min(free, key=lambda b: (load[b], b))
+            load[to] += 1
+            plan[key] = [to if b == broker else b for b in replicas]
+        self._set_broker(broker, decommissioned=True)
+        if plan:
+            self.reassign_partitions(plan)
+        return plan

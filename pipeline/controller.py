@@ -20,6 +20,7 @@ __all__ = [
     "RUNNING", "STOPPED", "FENCED", "STARTING", "UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET",
     "expired_broker_sessions", "elect_leaders", "elect_preferred_leaders", "reset_followers_for_new_leader", "new_leader_high_watermark",
     "epoch_cache", "end_offset_for_epoch", "diverging_epoch", "truncation_offset",
+    "start_reassignments", "complete_reassignments", "reassignment_in_progress",
 ]
 
 RUNNING, STOPPED, FENCED, STARTING = "running", "stopped", "fenced", "starting"
@@ -66,7 +67,10 @@ def elect_leaders(partitions_df: DataFrame, live_brokers: list[int], removed_bro
     target_isr = F.when(F.size(kept) > 0, kept).otherwise(kept_or_last)
     valid = lambda b: F.array_contains(F.col("_target_isr"), b) & is_live(b)  # noqa: E731
     clean = F.filter(F.col("replicas"), valid)
-    unclean = F.filter(F.col("replicas"), is_live)
+    # a replica a reassignment is adding is bootstrapping: it holds nothing to lead with (KIP-455)
+    adding = F.coalesce(F.col("adding_replicas"), _ints([])) if "adding_replicas" in partitions_df.columns \
+        else _ints([])
+    unclean = F.filter(F.col("replicas"), lambda b: is_live(b) & ~F.array_contains(adding, b))
     leader_stays = (F.col("leader") != NO_LEADER) & valid(F.col("leader"))
     new_leader = (
         F.when(leader_stays, F.col("leader"))
@@ -115,6 +119,105 @@ def elect_preferred_leaders(partitions_df: DataFrame, live_brokers: list[int]) -
             .withColumn("leader", preferred)
             .withColumn("leader_epoch", F.col("leader_epoch") + 1)
             .withColumn("partition_epoch", F.col("partition_epoch") + 1))
+
+
+# -- reassignments (KIP-455) ---------------------------------------------------------------------
+
+def _no_ints() -> Column:
+    return F.array().cast("array<int>")
+
+
+def reassignment_in_progress(adding: Column, removing: Column) -> Column:
+    """A partition's reassignment is in progress while it is adding or removing replicas."""
+    return (F.size(F.coalesce(adding, _no_ints())) > 0) | (F.size(F.coalesce(removing, _no_ints())) > 0)
+
+
+def _leader_among(replicas: Column, isr: Column, live: Column) -> Column:
+    """The current leader while it is one of `replicas`, else the first of them that is live and in
+    `isr` (NO_LEADER: none)."""
+    candidates = F.filter(replicas, lambda b: F.array_contains(isr, b) & F.array_contains(live, b))
+    stays = (F.col("leader") != NO_LEADER) & F.array_contains(replicas, F.col("leader"))
+    return (F.when(stays, F.col("leader")).when(F.size(candidates) > 0, candidates[0])
+            .otherwise(F.lit(NO_LEADER))).cast("int")
+
+
+def start_reassignments(partitions_df: DataFrame, requests_df: DataFrame, live_brokers: list[int]) -> DataFrame:
+    """Kafka's AlterPartitionReassignments (PartitionReassignmentReplicas): each requested
+    partition's replicas grow to its target followed by the original replicas the target leaves
+    out; the target's new replicas are `adding_replicas` (bootstrapping: out of the ISR until they
+    catch up), the left-out ones `removing_replicas`. The original replicas are the current ones
+    less those an earlier reassignment was still adding: a new target replaces it, and an adding
+    replica it leaves out is dropped at once (a target equal to the original replicas cancels).
+    The ISR keeps its members that stay replicas; a request that would leave it empty, or that
+    changes nothing, is left out. Partition epoch + 1; the leader (and leader epoch) changes only
+    when it is no longer a replica.
+
+    partitions_df: topic, partition, leader, leader_epoch, partition_epoch, replicas, isr,
+    adding_replicas, removing_replicas. requests_df: topic, partition, target (array<int>).
+    Returns the changed partitions with `added` (brokers new to the partition), `dropped` (brokers
+    no longer replicas), `previous_leader` and `election` ('reassignment' when the leader changed)."""
+    adding = F.coalesce(F.col("adding_replicas"), _no_ints())
+    removing = F.coalesce(F.col("removing_replicas"), _no_ints())
+    original = F.col("_original")
+    new_replicas = F.concat(F.col("target"), F.array_except(original, F.col("target")))
+    changed = ((new_replicas != F.col("replicas")) | (F.array_except(F.col("target"), original) != adding)
+               | (F.array_except(original, F.col("target")) != removing))
+    return (
+        partitions_df.join(requests_df.select(*PARTITION_KEY, "target"), on=PARTITION_KEY, how="inner")
+        .withColumn("_original", F.array_except(F.col("replicas"), adding))
+        .withColumn("_replicas", new_replicas)
+        .withColumn("_isr", F.filter(F.col("isr"), lambda b: F.array_contains(F.col("_replicas"), b)))
+        .filter(changed & (F.size(F.col("_isr")) > 0))
+        .withColumn("added", F.array_except(F.col("_replicas"), F.col("replicas")))
+        .withColumn("dropped", F.array_except(F.col("replicas"), F.col("_replicas")))
+        .withColumn("adding_replicas", F.array_except(F.col("target"), original))
+        .withColumn("removing_replicas", F.array_except(original, F.col("target")))
+        .withColumn("previous_leader", F.col("leader"))
+        .withColumn("replicas", F.col("_replicas"))
+        .withColumn("isr", F.col("_isr"))
+        .withColumn("leader", _leader_among(F.col("replicas"), F.col("isr"), _ints(live_brokers)))
+        .withColumn("election", F.when(F.col("leader") != F.col("previous_leader"), F.lit("reassignment")))
+        .withColumn("leader_epoch", F.when(F.col("leader") != F.col("previous_leader"), F.col("leader_epoch") + 1)
+                    .otherwise(F.col("leader_epoch")))
+        .withColumn("partition_epoch", F.col("partition_epoch") + 1)
+        .drop("target", "_original", "_replicas", "_isr")
+    )
+
+
+def complete_reassignments(partitions_df: DataFrame, live_brokers: list[int]) -> DataFrame:
+    """Kafka's completion of a reassignment (PartitionChangeBuilder with a target ISR that holds
+    every adding replica): once every replica being added is in the ISR, the replicas become the
+    target, the ISR loses the removed ones, the leader moves to the first live ISR member of the
+    target if it is being removed, and the leader epoch and partition epoch go up by one. It waits
+    while the partition has no leader, while the ISR would be left empty and while no live target
+    ISR member could take over from a leader being removed.
+
+    partitions_df: as start_reassignments. Returns the completed partitions with empty
+    adding_replicas and removing_replicas, `added` (none), `dropped` (the removed replicas),
+    `previous_leader` and `election` ('reassignment' when the leader changed)."""
+    adding = F.coalesce(F.col("adding_replicas"), _no_ints())
+    removing = F.coalesce(F.col("removing_replicas"), _no_ints())
+    target = F.array_except(F.col("replicas"), removing)
+    final_isr = F.filter(F.col("isr"), lambda b: ~F.array_contains(removing, b))
+    caught_up = F.forall(adding, lambda b: F.array_contains(F.col("isr"), b))
+    return (
+        partitions_df.filter(reassignment_in_progress(F.col("adding_replicas"), F.col("removing_replicas"))
+                             & caught_up & (F.col("leader") != NO_LEADER) & (F.size(final_isr) > 0))
+        .withColumn("_leader", _leader_among(target, final_isr, _ints(live_brokers)))
+        .filter(F.col("_leader") != NO_LEADER)
+        .withColumn("added", _no_ints())
+        .withColumn("dropped", removing)
+        .withColumn("previous_leader", F.col("leader"))
+        .withColumn("replicas", target)
+        .withColumn("isr", final_isr)
+        .withColumn("leader", F.col("_leader"))
+        .withColumn("election", F.when(F.col("leader") != F.col("previous_leader"), F.lit("reassignment")))
+        .withColumn("leader_epoch", F.col("leader_epoch") + 1)
+        .withColumn("partition_epoch", F.col("partition_epoch") + 1)
+        .withColumn("adding_replicas", _no_ints())
+        .withColumn("removing_replicas", _no_ints())
+        .drop("_leader")
+    )
 
 
 def new_leader_high_watermark(partition_hw: Column, leader_leo: Column) -> Column:

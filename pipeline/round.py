@@ -146,6 +146,8 @@ class RoundInputs:
     # what it read the first time, see recovery.py)
     inbox_to_version: int | None = None
     admin_to_version: int | None = None
+    # a partition has a reassignment in progress (KIP-455): the controller checks for completions
+    reassigning: bool = False
 
 
 def with_input_versions(storage: Storage, inputs: RoundInputs) -> RoundInputs:
@@ -233,7 +235,10 @@ def _partition_meta(storage: Storage, config: dict[str, Any]) -> DataFrame:
         setting("unclean.leader.election.enable", "boolean").alias("unclean"),
         compact.alias("compact"),
     )
-    return storage.read("partitions").join(topics, on="topic", how="inner").drop("round_id")
+    none = F.array().cast("array<int>")
+    return (storage.read("partitions").join(topics, on="topic", how="inner").drop("round_id")
+            .withColumn("adding_replicas", F.coalesce(F.col("adding_replicas"), none))
+            .withColumn("removing_replicas", F.coalesce(F.col("removing_replicas"), none)))
 
 
 def _by_key(keys: list[Any], pairs: dict[Any, Any], cast: str) -> Any:
@@ -300,6 +305,7 @@ def _read_replicas(spark: SparkSession, inputs: RoundInputs, meta: DataFrame, st
                for short, column in (("leo", "log_end_offset"), ("hw", "high_watermark"), ("lso", "log_start_offset"))}
     return (
         state.join(meta, on=PARTITION_KEY, how="inner")
+        .filter(F.array_contains(F.col("replicas"), F.col("broker")))
         .withColumn("is_leader", F.col("broker") == F.col("leader"))
         .withColumns(leaders)
         .transform(lambda df: _with_broker_settings(df, inputs))
@@ -313,33 +319,84 @@ def _apply_changes(meta: DataFrame, changes: DataFrame) -> DataFrame:
                 .unionByName(changes.select(*meta.columns)))
 
 
-def _preferred_election_requests(storage: Storage, inputs: RoundInputs) -> DataFrame | None:
-    """Partitions named by new elect_preferred requests (partition -1: every partition of the
-    topic): topic, partition; None when there are none."""
+def _admin_requests(storage: Storage, inputs: RoundInputs, kind: str) -> DataFrame | None:
+    """New admin requests of `kind` (pinned), None when there are none."""
     version = inputs.admin_to_version
     if version <= inputs.last_admin_version:
         return None
     asked = (storage.read_changes("admin", inputs.last_admin_version, version)
-             .filter(F.col("kind") == "elect_preferred").select("topic", "partition").localCheckpoint())
+             .filter(F.col("kind") == kind).localCheckpoint())
     return asked if asked.limit(1).collect() else None
 
 
+def _preferred_election_requests(storage: Storage, inputs: RoundInputs) -> DataFrame | None:
+    """Partitions named by new elect_preferred requests (partition -1: every partition of the
+    topic): topic, partition; None when there are none."""
+    asked = _admin_requests(storage, inputs, "elect_preferred")
+    return None if asked is None else asked.select("topic", "partition")
+
+
+def _reassignment_requests(storage: Storage, inputs: RoundInputs) -> DataFrame | None:
+    """The newest reassign request of each partition named by new ones: topic, partition, target;
+    None when there are none."""
+    asked = _admin_requests(storage, inputs, "reassign")
+    if asked is None:
+        return None
+    newest = Window.partitionBy(*PARTITION_KEY).orderBy(F.col("_commit_version").desc(), F.col("timestamp").desc())
+    return (asked.withColumn("_n", F.row_number().over(newest)).filter(F.col("_n") == 1)
+            .select(*PARTITION_KEY, F.col("replicas").alias("target")))
+
+
+@dataclass(frozen=True)
+class ControllerStep:
+    """What the controller step changed (None: nothing): partitions, replica-state rows (a new
+    leader's reset, replicas a reassignment added), election rows, and the replica-state rows of
+    replicas a reassignment dropped (their rows and logs go)."""
+
+    changed: DataFrame | None = None
+    state_changed: DataFrame | None = None
+    elections: DataFrame | None = None
+    dropped: DataFrame | None = None
+    added: DataFrame | None = None
+
+
+def _added_replica_rows(added: DataFrame, state: DataFrame, now: int) -> DataFrame:
+    """The replica-state rows of replicas a reassignment adds (added: topic, partition, broker,
+    leader_epoch): an empty log that starts at the partition's log start offset, so it fetches
+    from there (Kafka's new follower, reset to the leader's log start offset); never caught up,
+    not fetched yet, in no session, with nothing to diverge from the current leader epoch."""
+    starts = state.groupBy(*PARTITION_KEY).agg(F.max("log_start_offset").alias("_lso"))
+    lso = F.coalesce(F.col("_lso"), F.lit(0)).cast("long")
+    zero = F.lit(0).cast("long")
+    return added.join(starts, on=PARTITION_KEY, how="left").select(
+        *REPLICA_KEY, lso.alias("log_start_offset"), lso.alias("log_end_offset"), lso.alias("high_watermark"),
+        lso.alias("fetch_offset"), zero.alias("last_fetch_time_ms"), zero.alias("last_fetch_leader_leo"),
+        zero.alias("last_caught_up_time_ms"), zero.alias("last_data_round"), F.lit(0).alias("session_id"),
+        zero.alias("session_max_bytes"), F.lit(-1).cast("long").alias("session_high_watermark"),
+        F.lit(-1).cast("long").alias("session_leader_log_start_offset"),
+        F.col("leader_epoch").alias("validated_leader_epoch"))
+
+
 def _controller_step(storage: Storage, inputs: RoundInputs, meta_rows: Keyed, state_rows: Keyed
-                     ) -> tuple[Keyed, Keyed, DataFrame | None, DataFrame | None, DataFrame | None]:
+                     ) -> tuple[Keyed, Keyed, ControllerStep]:
     """Fences the brokers whose session ended and unfences the restarted ones, as Kafka's controller
     does in two steps (handleBrokerFenced, then handleBrokerUnfenced): the first election runs
-    without the fenced and restarting brokers, the second with the restarting ones back.
+    without the fenced and restarting brokers, the second with the restarting ones back. Then
+    preferred leader elections, new reassignments and reassignments that can complete (KIP-455).
 
-    Returns (meta, state, changed partitions, state rows changed, election rows). A new leader
-    starts at the partition's HW (controller.new_leader_high_watermark), its epoch starts at its LEO
-    (kept in the partition's leader_epoch_start_offset), and it resets its followers."""
+    Returns (meta, state, what changed). A new leader starts at the partition's HW
+    (controller.new_leader_high_watermark), a new leader epoch starts at its leader's LEO (kept in
+    the partition's leader_epoch_start_offset), and a new leader resets its followers."""
     decisions = inputs.controller or {}
     preferred = _preferred_election_requests(storage, inputs)
-    if not (decisions.get("fence") or decisions.get("unfence")) and preferred is None:
-        return meta_rows, state_rows, None, None, None
+    reassign = _reassignment_requests(storage, inputs)
+    fencing = bool(decisions.get("fence") or decisions.get("unfence"))
+    if not fencing and preferred is None and reassign is None and not inputs.reassigning:
+        return meta_rows, state_rows, ControllerStep()
+    live = decisions.get("live", inputs.brokers)
     meta, state = meta_rows.all(), state_rows.all()
     steps = []
-    if decisions.get("fence") or decisions.get("unfence"):
+    if fencing:
         first = ctl.elect_leaders(meta, decisions["live_before_start"], decisions["lost_log"]).localCheckpoint()
         middle = _apply_changes(meta, first)
         second = ctl.elect_leaders(middle, decisions["live"]).localCheckpoint()
@@ -351,20 +408,46 @@ def _controller_step(storage: Storage, inputs: RoundInputs, meta_rows: Keyed, st
         named = (after.join(preferred.filter(F.col("partition") >= 0), on=PARTITION_KEY, how="left_semi")
                  .unionByName(after.join(preferred.filter(F.col("partition") < 0).select("topic"), on="topic",
                                          how="left_semi")))
-        third = ctl.elect_preferred_leaders(named.dropDuplicates(PARTITION_KEY),
-                                            decisions.get("live", inputs.brokers)).localCheckpoint()
+        third = ctl.elect_preferred_leaders(named.dropDuplicates(PARTITION_KEY), live).localCheckpoint()
         after = _apply_changes(after, third)
         steps.append(third)
+    moves = []  # reassignments: partitions with the brokers they add and drop
+    if reassign is not None:
+        started = ctl.start_reassignments(after.join(reassign, on=PARTITION_KEY, how="left_semi"), reassign,
+                                          live).localCheckpoint()
+        after = _apply_changes(after, started)
+        steps.append(started)
+        moves.append(started)
+    if reassign is not None or inputs.reassigning:
+        ongoing = after.filter(ctl.reassignment_in_progress(F.col("adding_replicas"), F.col("removing_replicas")))
+        completed = ctl.complete_reassignments(ongoing, live).localCheckpoint()
+        after = _apply_changes(after, completed)
+        steps.append(completed)
+        moves.append(completed)
     changed_keys = pinned(reduce(DataFrame.unionByName, [s.select(*PARTITION_KEY) for s in steps]).distinct())
+    if not changed_keys.limit(1).collect():  # (a reassignment still catching up)
+        return meta_rows, state_rows, ControllerStep()
+
+    dropped = added = None
+    if moves:
+        brokers = lambda column: reduce(DataFrame.unionByName, [  # noqa: E731
+            m.select(*PARTITION_KEY, F.explode(column).alias("broker"), "leader_epoch") for m in moves])
+        dropped = pinned(state.join(brokers("dropped").select(*REPLICA_KEY), on=REPLICA_KEY, how="left_semi"))
+        added = brokers("added").join(after.select(*PARTITION_KEY, F.col("leader_epoch").alias("_e")),
+                                      on=PARTITION_KEY).select(*REPLICA_KEY, F.col("_e").alias("leader_epoch"))
+        added = pinned(_added_replica_rows(added, state, inputs.now_ms).select(*state.columns))
+        state = (state.join(dropped.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti")
+                 .join(added.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti").unionByName(added))
 
     offsets = state.groupBy(*PARTITION_KEY).agg(F.max("high_watermark").alias("partition_hw"))
     leos = state.select(*PARTITION_KEY, F.col("broker").alias("leader"), F.col("log_end_offset").alias("leader_leo"))
-    before = meta.select(*PARTITION_KEY, F.col("leader").alias("_old_leader"))
+    before = meta.select(*PARTITION_KEY, F.col("leader").alias("_old_leader"), F.col("leader_epoch").alias("_old_epoch"))
     moved = (after.join(changed_keys, on=PARTITION_KEY, how="left_semi").join(before, on=PARTITION_KEY)
              .join(offsets, on=PARTITION_KEY, how="left").join(leos, on=[*PARTITION_KEY, "leader"], how="left"))
     led = moved.filter((F.col("leader") != F.col("_old_leader")) & (F.col("leader") != NO_LEADER))
+    # a new leader epoch (a new leader, or a completed reassignment) starts at its leader's LEO
     changed = (moved.withColumn("leader_epoch_start_offset", F.when(
-        (F.col("leader") != F.col("_old_leader")) & (F.col("leader") != NO_LEADER), F.col("leader_leo"))
+        (F.col("leader_epoch") != F.col("_old_epoch")) & (F.col("leader") != NO_LEADER), F.col("leader_leo"))
         .otherwise(F.col("leader_epoch_start_offset")))
         .select(*meta.columns)).localCheckpoint()
 
@@ -374,7 +457,11 @@ def _controller_step(storage: Storage, inputs: RoundInputs, meta_rows: Keyed, st
     leaders = (rows.filter(F.col("broker") == F.col("leader"))
                .withColumn("high_watermark", new_hw).withColumn("fetch_offset", F.col("log_end_offset")))
     followers = ctl.reset_followers_for_new_leader(rows.filter(F.col("broker") != F.col("leader")), inputs.now_ms)
-    state_changed = pinned(leaders.unionByName(followers).select(*state.columns))
+    state_changed = leaders.unionByName(followers).select(*state.columns)
+    if added is not None:
+        state_changed = added.join(state_changed.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti") \
+            .unionByName(state_changed)
+    state_changed = pinned(state_changed)
     state = (state.join(state_changed.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti")
              .unionByName(state_changed))
 
@@ -391,8 +478,8 @@ def _controller_step(storage: Storage, inputs: RoundInputs, meta_rows: Keyed, st
                                                                        F.lit(0))).otherwise(F.lit(0))
                         .cast("long").alias("offsets_lost"), "isr")
     elections = pinned(reduce(DataFrame.unionByName, [election_rows(s) for s in steps]).select(*ELECTIONS_SCHEMA.fieldNames()))
-    return (Keyed.of(_apply_changes(meta, changed), PARTITION_KEY), Keyed.of(state, REPLICA_KEY), changed,
-            state_changed, elections)
+    return (Keyed.of(_apply_changes(meta, changed), PARTITION_KEY), Keyed.of(state, REPLICA_KEY),
+            ControllerStep(changed, state_changed, elections, dropped, added))
 
 
 # -- leader-epoch checks (DESIGN.md "One round", step 3: truncation by epoch, not by HW) --------
@@ -758,10 +845,12 @@ def _state_rows(replicas: DataFrame, hw: DataFrame, followers: DataFrame, follow
     ).localCheckpoint()
 
 
-def _session_requests(inputs: RoundInputs, replicas: DataFrame, fetching: DataFrame) -> DataFrame:
+def _session_requests(inputs: RoundInputs, replicas: DataFrame, fetching: DataFrame,
+                      dropped: DataFrame | None = None) -> DataFrame:
     """The partitions each fetch request carries: session_id, topic, partition, change. A full
     request carries every partition ('full'); an incremental one only those added, altered or
-    removed against the leader's cache (KIP-227), which sits in the follower rows of replica_state."""
+    removed against the leader's cache (KIP-227), which sits in the follower rows of replica_state
+    (and in the rows of `dropped`, replicas a reassignment removed this round: removed)."""
     full = fetching.filter(F.col("fetch_kind") != "incremental").select(
         F.col("request_session_id").alias("session_id"), *PARTITION_KEY, F.lit("full").alias("change"))
     ids = [c.session_id for c in inputs.contexts if c.kind == "incremental"]
@@ -770,9 +859,11 @@ def _session_requests(inputs: RoundInputs, replicas: DataFrame, fetching: DataFr
     wanted = fetching.filter(F.col("fetch_kind") == "incremental").select(
         F.col("request_session_id").alias("session_id"), *PARTITION_KEY, "fetch_offset", "log_start_offset",
         F.col("partition_max_bytes").alias("max_bytes"))
-    cached = replicas.filter(~F.col("is_leader") & F.col("session_id").isin(ids)).select(
-        "session_id", *PARTITION_KEY, "fetch_offset", F.col("log_start_offset").alias("fetcher_log_start_offset"),
-        F.col("session_max_bytes").alias("max_bytes"))
+    columns = ["session_id", *PARTITION_KEY, "fetch_offset", F.col("log_start_offset").alias("fetcher_log_start_offset"),
+               F.col("session_max_bytes").alias("max_bytes")]
+    cached = replicas.filter(~F.col("is_leader") & F.col("session_id").isin(ids)).select(*columns)
+    if dropped is not None:
+        cached = cached.unionByName(dropped.filter(F.col("session_id").isin(ids)).select(*columns))
     return full.unionByName(sessions.incremental_request(wanted, cached))
 
 
@@ -852,7 +943,10 @@ def _gauge_rows(partitions: DataFrame, sign: int) -> DataFrame:
     the round)."""
     def flag(condition: Any, name: str) -> Any:
         return (condition.cast("long") * sign).alias(name)
-    return partitions.select(flag(F.size("isr") < F.size("replicas"), "under_replicated"),
+    # (Kafka's isUnderReplicated: the ISR is smaller than the replication factor, which during a
+    # reassignment is the target's: the replicas less those being removed)
+    target = F.size("replicas") - F.size(F.coalesce(F.col("removing_replicas"), F.array().cast("array<int>")))
+    return partitions.select(flag(F.size("isr") < target, "under_replicated"),
                              flag(F.size("isr") < F.col("min_isr"), "under_min_isr"),
                              flag(F.size("isr") == F.col("min_isr"), "at_min_isr"),
                              flag(F.col("leader") == NO_LEADER, "offline"))
@@ -921,6 +1015,7 @@ def _summary(appended, response, followers, followers_after, isr_changed, hw, pa
         (F.count("election_row") if "election_row" in union.columns else F.lit(0)).alias("election_rows"),
         (F.collect_set("truncated_broker") if "truncated_broker" in union.columns
          else F.array().cast("array<int>")).alias("truncated_brokers"),
+        (F.count("dropped_replica") if "dropped_replica" in union.columns else F.lit(0)).alias("dropped_replicas"),
     )
     row = agg.first().asDict()
     return {k: (v if v is not None else 0) for k, v in row.items()}
@@ -1001,8 +1096,8 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     if carry is not None and carry.versions != seen:
         carry = None
     meta_before, state_rows = _read_meta_state(storage, inputs, carry)
-    meta_rows, state_rows, changed, state_changed, elections = _controller_step(  # 1. controller
-        storage, inputs, meta_before, state_rows)
+    meta_rows, state_rows, step = _controller_step(storage, inputs, meta_before, state_rows)  # 1. controller
+    changed, state_changed, elections = step.changed, step.state_changed, step.elections
     watch.lap("read meta and state, controller")
     lso_requests, admin_version = _log_start_requests(spark, storage, inputs, _serving(meta_rows.all(), inputs),
                                                       state_rows.all())
@@ -1029,12 +1124,16 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     watch.lap("producer state")
     appended, replicas = _leader_append(validated, replicas)                       # 2. leader append
     replicas, truncations = _epoch_checks(storage, inputs, replicas)
+    if step.dropped is not None:  # a reassignment deletes a dropped replica's log, and empties a new one's
+        emptied = (step.dropped.select("broker", *PARTITION_KEY).unionByName(step.added.select("broker", *PARTITION_KEY))
+                   .withColumn("truncate_to", F.lit(0).cast("long")))
+        truncations = emptied if truncations is None else truncations.unionByName(emptied)
     followers = _fetch(replicas, now, inputs.restarted)                            # 3. fetch
     isr_changed = _isr_changes(meta, followers, now)                               # 5. ISR
     hw = _high_watermark(replicas, followers, isr_changed, now, (inputs.controller or {}).get("down") or [])
 
     fetching = followers.filter("fetched")                                         # 4. response
-    requested = _session_requests(inputs, replicas, fetching)
+    requested = _session_requests(inputs, replicas, fetching, step.dropped)
     old = _old_leader_records(storage, fetching.filter(F.col("fetch_offset") < F.col("leader_leo_before")),
                               inputs.brokers)
     source = appended.select(*LOG_SCHEMA.fieldNames(), "broker")
@@ -1043,7 +1142,8 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     followers_after = _followers_after(fetching, response, hw, replicas, round_id)
 
     partitions_now = _with_isr(meta, isr_changed).join(hw, on=PARTITION_KEY, how="left")   # 6. acks
-    new_leaders = None if elections is None else elections.select(*PARTITION_KEY).distinct()
+    new_leaders = None if elections is None else \
+        elections.filter(F.col("leader") != F.col("previous_leader")).select(*PARTITION_KEY).distinct()
     results = _results(validated, appended, pending, partitions_now, producer_checks, round_id, new_leaders)
     producers_out = _producer_state_rows(appended, producer_checks, round_id)
     pending_after = pending.unionByName(
@@ -1066,6 +1166,8 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
         extra.append(elections.select(F.lit(1).alias("election_row")))
     if truncations is not None:
         extra.append(truncations.select(F.col("broker").alias("truncated_broker")))
+    if step.dropped is not None:
+        extra.append(step.dropped.select(F.lit(1).alias("dropped_replica")))
     figures = _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
                        results, pending_after, state_out, prefixes, producers_out, requested, extra,
                        before=None if work is None else meta if meta_rows is meta_before
@@ -1079,6 +1181,8 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     # prefixes below new log start offsets after the appends; the rounds row last (recovery.py)
     watch.lap("compute (summary job)")
     for broker in sorted(figures["truncated_brokers"]):
+        if not storage.path_exists(f"{storage.log_path(broker)}/_delta_log"):
+            continue  # a stopped broker's lost log directory: it restarts empty (Cluster.start_broker)
         storage.truncate_logs(broker, truncations.filter(F.col("broker") == broker).drop("broker"), round_id)
     if figures["partition_changes"]:
         storage.upsert(partition_rows.withColumn("round_id", F.lit(round_id).cast("long"))
@@ -1097,6 +1201,8 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     for broker in sorted(figures["prefix_brokers"]):
         storage.delete_log_prefixes(broker, prefixes.filter(F.col("broker") == broker)
                                     .select(*PARTITION_KEY, "log_start_offset"), round_id)
+    if figures["dropped_replicas"]:  # after the appends: the rows of replicas a reassignment removed
+        storage.delete_replicas(step.dropped.select(*REPLICA_KEY), round_id)
     watch.lap("commit prefixes")
     deltas = {d["session_id"]: d["size_delta"] for d in figures["session_size_deltas"]}
     after = [replace(s, size=s.size + deltas.get(s.session_id, 0)) for s in inputs.sessions_after]
@@ -1113,7 +1219,8 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     # files' statistics when not carried)
     table_rows = (carry.state_table_rows if carry is not None else storage.read("replica_state").count())
     table_rows = _compact_state_if_due(storage, state_rows.base_rows, table_rows + figures["state_rows"], round_id)
-    wrote = {"replica_state": int(bool(figures["state_rows"])) + int(table_rows == state_rows.base_rows),
+    wrote = {"replica_state": int(bool(figures["state_rows"])) + int(table_rows == state_rows.base_rows)
+             + int(bool(figures["dropped_replicas"])),
              "topics": 0, "results": int(bool(figures["result_rows"])),
              "partitions": int(bool(figures["partition_changes"]))}
     carry_out = _carry_out(storage, seen, wrote, meta_rows, state_rows, isr_changed, state_out, pending_after,

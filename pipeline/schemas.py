@@ -98,6 +98,10 @@ PARTITIONS_SCHEMA = _s(
     ("isr", ArrayType(IntegerType(), False), False),
     ("leader_epoch_start_offset", LongType(), False),
     ("round_id", LongType(), False),
+    # KIP-455: a reassignment in progress (replicas is then the target followed by the replicas
+    # leaving); empty or null (a root made before reassignments): none
+    ("adding_replicas", ArrayType(IntegerType(), True), True),
+    ("removing_replicas", ArrayType(IntegerType(), True), True),
 )
 
 # One row per replica: the replica's own log offsets, and the leader's view of it as a follower
@@ -185,7 +189,7 @@ PRODUCERS_SCHEMA = _s(
     ("round_id", LongType(), False),
 )
 
-# Append-only admin requests the round applies (today: delete_records).
+# Append-only admin requests the round applies: delete_records, elect_preferred, reassign.
 ADMIN_SCHEMA = _s(
     ("request_id", StringType(), False),
     ("kind", StringType(), False),
@@ -193,6 +197,7 @@ ADMIN_SCHEMA = _s(
     ("partition", IntegerType(), False),
     ("offset", LongType(), False),
     ("timestamp", LongType(), False),
+    ("replicas", ArrayType(IntegerType(), False), True),  # reassign: the target replicas
 )
 
 BROKERS_SCHEMA = _s(
@@ -209,6 +214,8 @@ BROKERS_SCHEMA = _s(
     ("last_heartbeat_ms", LongType(), True),
     # restarted without its log directory: it stays out of every ISR until it has fetched back in
     ("log_lost", BooleanType(), True),
+    # decommission_broker: no new replica is placed on it, and its replicas are moving off it
+    ("decommissioned", BooleanType(), True),
 )
 
 # The replication lease (one row): the process that runs rounds on this root, and its job epoch.

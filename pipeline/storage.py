@@ -330,6 +330,14 @@ class Storage:
         with self._tagged(round_id, self.log_path(broker), "log-start"):
             target.alias("t").merge(starts_df.alias("s"), condition).whenMatchedDelete().execute()
 
+    def delete_replicas(self, keys_df: DataFrame, round_id: int) -> None:
+        """Deletes every row (the superseded ones too) of the replicas in keys_df (topic, partition,
+        broker) from replica_state, in one commit: replicas a reassignment removed."""
+        target = DeltaTable.forPath(self.spark, self.path("replica_state"))
+        condition = " AND ".join(f"t.{k} = s.{k}" for k in schemas.REPLICA_KEY)
+        with self._tagged(round_id, self.path("replica_state"), "reassign"):
+            target.alias("t").merge(keys_df.alias("s"), condition).whenMatchedDelete().execute()
+
     def delete_log_records(self, broker: int, removed_df: DataFrame, user_metadata: str) -> None:
         """Removes single records of a broker's log (removed_df: topic, partition, offset), in one
         commit tagged `user_metadata`: the log cleaner's compaction."""

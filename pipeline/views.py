@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from pipeline.replication import RECORD_OVERHEAD_BYTES
 from pipeline.schemas import REPLICA_KEY
 from pipeline.storage import Storage, current_rows_sql
 
 __all__ = ["partitions_sql", "replicas_sql", "results_sql", "logs_sql", "committed_sql", "metrics_sql",
-           "lagging_replicas_sql", "fetch_sessions_sql", "consumer_lag_sql", "brokers_sql", "register_views", "DATABASE", "RATE_WINDOW_MS"]
+           "lagging_replicas_sql", "fetch_sessions_sql", "consumer_lag_sql", "brokers_sql", "reassignments_sql",
+           "register_views", "DATABASE", "RATE_WINDOW_MS"]
 
 DATABASE = "replog"
 # Kafka's *PerSec meters report a one-minute rate; here: events per second over the trailing minute
@@ -26,6 +28,8 @@ def partitions_sql(storage: Storage, min_isr_default: int) -> str:
     return f"""
 SELECT p.topic, p.partition, p.leader, p.leader_epoch, p.partition_epoch, p.replicas, p.isr,
        s.high_watermark, s.log_end_offset, s.log_start_offset,
+       coalesce(p.adding_replicas, array()) AS adding_replicas,
+       coalesce(p.removing_replicas, array()) AS removing_replicas,
        CAST(coalesce(get_json_object(t.config, "$['min.insync.replicas']"), '{min_isr_default}') AS INT) AS min_isr
 FROM {_t(storage, 'partitions')} p
 JOIN {_t(storage, 'topics')} t ON t.topic = p.topic
@@ -148,15 +152,45 @@ def brokers_sql(storage: Storage) -> str:
 SELECT b.broker, coalesce(b.state, 'running') AS state,
        CASE WHEN coalesce(b.state, 'running') = 'running' THEN greatest(b.last_heartbeat_ms, r.now_ms)
             ELSE b.last_heartbeat_ms END AS last_heartbeat_ms,
-       b.fetcher_paused, coalesce(b.log_lost, false) AS log_lost
+       b.fetcher_paused, coalesce(b.log_lost, false) AS log_lost,
+       coalesce(b.decommissioned, false) AS decommissioned
 FROM {_t(storage, 'brokers')} b
 CROSS JOIN (SELECT max(now_ms) AS now_ms FROM {_t(storage, 'rounds')}) r"""
+
+
+def reassignments_sql(storage: Storage, brokers: list[int]) -> str:
+    """Partitions with a reassignment in progress: the replicas, the ISR, the replicas being added
+    and removed, and what the adding replicas still have to fetch from the leader (records, and
+    bytes as the fetch limits count them)."""
+    return f"""
+WITH p AS (SELECT * FROM {_t(storage, 'partitions')}
+           WHERE size(coalesce(adding_replicas, array())) > 0 OR size(coalesce(removing_replicas, array())) > 0),
+     s AS (SELECT * FROM {_t(storage, 'replica_state')}),
+     behind AS (SELECT a.topic, a.partition, a.leader, a.broker, coalesce(f.log_end_offset, 0) AS leo,
+                       l.log_end_offset AS leader_leo
+                FROM (SELECT topic, partition, leader, explode(adding_replicas) AS broker FROM p) a
+                LEFT JOIN s f ON f.topic = a.topic AND f.partition = a.partition AND f.broker = a.broker
+                LEFT JOIN s l ON l.topic = a.topic AND l.partition = a.partition AND l.broker = a.leader),
+     bytes AS (SELECT b.topic, b.partition,
+                      sum(coalesce(octet_length(g.key), 0) + coalesce(octet_length(g.value), 0) + {RECORD_OVERHEAD_BYTES})
+                        AS bytes_left
+               FROM behind b JOIN ({logs_sql(storage, brokers)}) g
+                 ON g.topic = b.topic AND g.partition = b.partition AND g.broker = b.leader
+                AND g.offset >= b.leo AND g.offset < b.leader_leo
+               GROUP BY b.topic, b.partition),
+     records AS (SELECT topic, partition, sum(greatest(leader_leo - leo, 0)) AS records_left
+                 FROM behind GROUP BY topic, partition)
+SELECT p.topic, p.partition, p.replicas, p.isr, coalesce(p.adding_replicas, array()) AS adding,
+       coalesce(p.removing_replicas, array()) AS removing, CAST(coalesce(r.records_left, 0) AS BIGINT) AS records_left,
+       CAST(coalesce(y.bytes_left, 0) AS BIGINT) AS bytes_left
+FROM p LEFT JOIN records r ON r.topic = p.topic AND r.partition = p.partition
+LEFT JOIN bytes y ON y.topic = p.topic AND y.partition = p.partition"""
 
 
 def register_views(spark: SparkSession, storage: Storage, brokers: list[int], min_isr_default: int) -> None:
     """`replog.partitions`, `replog.replicas`, `replog.rounds`, `replog.produce_results`,
     `replog.committed`, `replog.metrics`, `replog.lagging_replicas`, `replog.fetch_sessions`,
-    `replog.consumer_lag`, `replog.brokers`, `replog.elections` in the session catalog,
+    `replog.consumer_lag`, `replog.brokers`, `replog.elections`, `replog.reassignments` in the session catalog,
     pointing at this cluster's tables."""
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
     views = {
@@ -171,6 +205,7 @@ def register_views(spark: SparkSession, storage: Storage, brokers: list[int], mi
         "consumer_lag": consumer_lag_sql(storage),
         "brokers": brokers_sql(storage),
         "elections": f"SELECT * FROM {_t(storage, 'elections')}",
+        "reassignments": reassignments_sql(storage, brokers),
     }
     for name, sql in views.items():
         spark.sql(f"CREATE OR REPLACE VIEW {DATABASE}.{name} AS {sql}")

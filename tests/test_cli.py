@@ -102,3 +102,28 @@ def test_errors_are_one_line_and_exit_non_zero(tmp_path):
 
     no_root = replog("brokers", root=None)
     assert no_root.returncode == 2 and "--root is required" in no_root.stderr
+
+
+def test_reassigning_with_kafkas_json_file_and_adding_a_broker(tmp_path):
+    root = str(tmp_path / "cluster")
+    assert replog("cluster", "--create", "--brokers", "2", "--root", root).returncode == 0
+    assert replog("topics", "--create", "--topic", "t", "--replication-factor", "2", root=root).returncode == 0
+    assert replog("produce", "--topic", "t", "--acks", "all", stdin="a\nb\n", root=root).returncode == 0
+    added = replog("brokers", "--add", root=root)
+    assert added.returncode == 0 and added.stdout == "Added broker 2.\n"
+    plan = tmp_path / "move.json"
+    plan.write_text('{"version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [2, 1], "log_dirs": ["any", "any"]}]}')
+    started = replog("reassign", "--json", str(plan), "--execute", root=root)
+    assert started.returncode == 0 and "Started the reassignment of 1 partitions" in started.stdout
+    assert replog("run", "--rounds", "6", root=root).returncode == 0
+    verified = replog("reassign", "--json", str(plan), "--verify", root=root)
+    assert verified.stdout.splitlines()[1] == "Reassignment of partition t-0 is completed."
+    described = replog("topics", "--describe", "--topic", "t", root=root).stdout.splitlines()[1].split("\t")
+    # the leader (broker 0) left: the target's first ISR member leads
+    assert described[3:6] == ["Leader: 2", "Replicas: 2,1", "Isr: 2,1"], described
+    consumed = replog("consume", "--topic", "t", "--from-beginning", "--replica", "2", root=root)
+    assert consumed.stdout.splitlines() == ["a", "b"]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"partitions": [{"topic": "t", "partition": 0}]}')
+    refused = replog("reassign", "--json", str(bad), "--execute", root=root)
+    assert refused.returncode == 1 and last_line(refused).startswith("replog: INVALID_REPLICA_ASSIGNMENT: ")

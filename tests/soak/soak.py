@@ -6,7 +6,7 @@ Events: produce with acks 0, 1 or all; idempotent batches and their retries; rou
 (past replica.lag.time.max.ms and broker.session.timeout.ms); pause, resume and throttle of a
 broker's fetcher; a broker crash and restart; the loss of a stopped broker's log directory; a round
 killed after a random one of its commits and run again (recovery); preferred leader elections;
-delete_records; topic creation. Topic "unclean" allows unclean leader election (the checker does
+delete_records; topic creation; reassignments (KIP-455) of a partition to 2 or 3 of the brokers. Topic "unclean" allows unclean leader election (the checker does
 not hold it to the guarantees that election gives up).
 
     python -m tests.soak.run --seed 7 --events 300        (make soak SEED=7 EVENTS=300)
@@ -38,7 +38,7 @@ class Crash(Exception):
 WEIGHTS = {
     "produce": 6, "idempotent": 3, "round": 8, "wait": 2, "pause": 1, "resume": 2, "throttle": 1,
     "unthrottle": 1, "stop": 1, "start": 2, "lose_disk": 1, "crash_round": 2, "preferred": 1,
-    "delete_records": 1, "create_topic": 1, "read": 2,
+    "delete_records": 1, "create_topic": 1, "read": 2, "reassign": 1,
 }
 
 
@@ -195,6 +195,13 @@ class Soak:
     def preferred(self) -> None:
         self.cluster.elect_preferred_leaders()
         self._note("preferred leader election")
+
+    def reassign(self) -> None:
+        topic = self.rng.choice(sorted(self.topics))
+        partition = self.rng.randrange(self.topics[topic])
+        target = self.rng.sample(range(3), self.rng.randint(2, 3))
+        self.cluster.reassign_partitions({(topic, partition): target})
+        self._note(f"reassign {topic}-{partition} to {target}")
 
     def delete_records(self) -> None:
         topic = self.rng.choice(sorted(self.topics))
