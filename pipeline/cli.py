@@ -10,6 +10,8 @@
     replog run      --rounds N | --until-committed [--max-rounds 50]
     replog brokers  [--add | --decommission B]
     replog reassign --json FILE (--execute | --verify)     (kafka-reassign-partitions' JSON)
+    replog configs  --describe | --alter --entity-type topics --entity-name T | --entity-type brokers
+                    --entity-default [--add-config k=v,k2=v2] [--delete-config k,k2]
     replog sessions [--leader B]
     replog consumer-groups --list | --describe --group G
                     | --reset-offsets --group G --topic T (--to-earliest | --to-latest | --to-offset N) [--execute]
@@ -192,6 +194,47 @@ def cmd_brokers(args: argparse.Namespace) -> None:
         print(f"{r['broker']}\t{state}\t{fetcher}\t{leaders.get(r['broker'], 0)}")
 
 
+def config_list(text: str | None) -> dict[str, str]:
+    """kafka-configs' --add-config list `k1=v1,k2=v2` (a value with commas in brackets: k=[a,b])."""
+    pairs, depth, part = [], 0, ""
+    for ch in text or "":
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            pairs.append(part)
+            part = ""
+        else:
+            part += ch
+    if part:
+        pairs.append(part)
+    config = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ReplogError(ErrorCode.INVALID_CONFIG, f"--add-config takes k=v,k2=v2, got {pair!r}")
+        value = value.strip()
+        config[key.strip()] = value[1:-1] if value.startswith("[") and value.endswith("]") else value
+    return config
+
+
+def cmd_configs(args: argparse.Namespace) -> None:
+    """kafka-configs: a topic's overrides, or the cluster-wide broker defaults."""
+    if args.entity_type == "topics" and not args.entity_name:
+        raise SystemExit("replog configs --entity-type topics: --entity-name is required")
+    if args.entity_type == "brokers" and not args.entity_default:
+        raise SystemExit("replog configs --entity-type brokers: say --entity-default (configs are cluster-wide)")
+    name = args.entity_name if args.entity_type == "topics" else None
+    cluster = _open(args)
+    if args.alter:
+        deletes = [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
+        cluster.alter_configs(args.entity_type, name, set=config_list(args.add_config), delete=deletes)
+        print(f"Completed updating config for {'topic ' + name if name else 'the broker default'}.")
+        return
+    what = f"topic {name}" if name else "the brokers' default"
+    print(f"Dynamic configs for {what} are:")
+    for key, value in sorted(cluster.describe_configs(args.entity_type, name).items()):
+        print(f"  {key}={str(value).lower() if isinstance(value, bool) else value}")
+
+
 def reassignment_json(text: str) -> dict[tuple[str, int], list[int]]:
     """kafka-reassign-partitions' JSON ({"version": 1, "partitions": [{"topic", "partition",
     "replicas"[, "log_dirs"]}]}) as reassign_partitions' mapping; INVALID_REPLICA_ASSIGNMENT when
@@ -339,6 +382,16 @@ def _parser() -> argparse.ArgumentParser:
     change = p.add_mutually_exclusive_group()
     change.add_argument("--add", action="store_true", help="register a new empty broker")
     change.add_argument("--decommission", type=int, metavar="B", help="move every replica off broker B")
+
+    p = command("configs", cmd_configs, "describe or alter topic and broker-default configs (kafka-configs)")
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--describe", action="store_true")
+    action.add_argument("--alter", action="store_true")
+    p.add_argument("--entity-type", required=True, choices=["topics", "brokers"])
+    p.add_argument("--entity-name")
+    p.add_argument("--entity-default", action="store_true")
+    p.add_argument("--add-config", metavar="K=V,K2=V2")
+    p.add_argument("--delete-config", metavar="K,K2")
 
     p = command("reassign", cmd_reassign, "reassign partitions (kafka-reassign-partitions)")
     p.add_argument("--json", required=True, metavar="FILE", help="the reassignment JSON file")

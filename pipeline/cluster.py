@@ -22,7 +22,8 @@ from pipeline import recovery
 from pipeline import views
 from pipeline.assignment import assign_replicas
 from pipeline.clock import Clock, SystemClock
-from pipeline.config import to_json, validate_cluster_config, validate_topic_config, with_defaults
+from pipeline.config import (CLUSTER_KEYS, TOPIC_KEYS, to_json, validate_cluster_config, validate_topic_config,
+                             with_defaults)
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.produce import parse_acks, record_rows, records_frame
 from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round
@@ -75,6 +76,7 @@ class Cluster:
         self._last_clean_ms: int | None = None  # the log cleaner's last pass (compact_if_due)
         self._carry: Carry | None = None  # the last round's state, pinned (see round.Carry)
         self._restarted = False  # set by open(): the next round is this process's first
+        self._config_version = storage.version("cluster")  # alter_configs(brokers) changes it
         # the one-writer lease: who this object is, and its (job epoch, lease table version) once held
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._lease: tuple[int, int] | None = None
@@ -352,6 +354,7 @@ class Cluster:
             self._recovery_checked = True
             if replay is not None:
                 self._replay, self._carry, self._seen = replay, None, None
+        self._reload_config()
         try:
             return self._run_round(batch_id)
         except BaseException:
@@ -944,3 +947,77 @@ class Cluster:
         if plan:
             self.reassign_partitions(plan)
         return plan
+
+    # -- configs at run time (kafka-configs --alter) -----------------------------------------
+    def _reload_config(self) -> None:
+        """The cluster-wide config as another process may have altered it (a version check, ~4 ms);
+        a change drops the carried state, whose partitions hold the effective topic settings."""
+        version = self.storage.version("cluster")
+        if version != self._config_version:
+            row = self.storage.read("cluster").first()
+            self.config = with_defaults(json.loads(row["config"]))
+            self._config_version, self._carry, self._seen = version, None, None
+            views.register_views(self.spark, self.storage, self.brokers, self.config["min.insync.replicas"])
+
+    def describe_configs(self, entity_type: str, name: str | None = None) -> dict[str, Any]:
+        """kafka-configs --describe: a topic's overrides (entity_type 'topics'), or the cluster-wide
+        broker defaults ('brokers', no name), every key with its value."""
+        if entity_type == "topics":
+            row = self._topic(name) if isinstance(name, str) else None
+            if row is None:
+                raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+            return json.loads(row["config"])
+        self._check_broker_entity(entity_type, name)
+        self._reload_config()
+        return dict(self.config)
+
+    def alter_configs(self, entity_type: str, name: str | None = None, set: Mapping[str, Any] | None = None,
+                      delete: Any = ()) -> dict[str, Any]:
+        """kafka-configs --alter (Kafka's IncrementalAlterConfigs: SET and DELETE): a topic's
+        overrides (entity_type 'topics', name the topic; a deleted key falls back to the cluster's
+        value), or the cluster-wide broker defaults ('brokers', no name: --entity-default; a
+        deleted key goes back to Kafka's default). Validated as at creation (INVALID_CONFIG,
+        UNKNOWN_TOPIC_OR_PARTITION; nothing written on an error); the next round uses them, in a
+        running job too. Returns the entity's config after the change."""
+        set = dict(set or {})
+        delete = [delete] if isinstance(delete, str) else list(delete or [])
+        if entity_type == "topics":
+            row = self._topic(name) if isinstance(name, str) else None
+            if row is None:
+                raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+            self._check_deletes(delete, TOPIC_KEYS, "topic")
+            current = {k: v for k, v in json.loads(row["config"]).items() if k not in delete}
+            replication = (self.storage.read("partitions").filter(F.col("topic") == name)
+                           .agg(F.min(F.size("replicas") - F.size(F.coalesce(
+                               "removing_replicas", F.array().cast("array<int>"))))).first()[0])
+            overrides = validate_topic_config({**current, **set}, replication)
+            self.storage.upsert(self.spark.createDataFrame(
+                [(name, row["partitions"], row["replication_factor"], to_json(overrides), row["created_ms"])],
+                TOPICS_SCHEMA), "topics", ["topic"])
+            return overrides
+        self._check_broker_entity(entity_type, name)
+        self._check_deletes(delete, CLUSTER_KEYS, "cluster")
+        self._reload_config()
+        current = {k: v for k, v in self.config.items() if k not in delete}
+        full = validate_cluster_config({**current, **set})
+        row = self.storage.read("cluster").first()
+        self.storage.upsert(self.spark.createDataFrame(
+            [(row["cluster_id"], row["brokers"], to_json(full), row["created_ms"])], CLUSTER_SCHEMA),
+            "cluster", ["cluster_id"])
+        self._reload_config()
+        return full
+
+    @staticmethod
+    def _check_deletes(delete: list, keys: Mapping[str, Any], scope: str) -> None:
+        unknown = [k for k in delete if k not in keys]
+        if unknown:
+            raise ReplogError(ErrorCode.INVALID_CONFIG, f"unknown {scope} config keys {unknown}")
+
+    @staticmethod
+    def _check_broker_entity(entity_type: str, name: Any) -> None:
+        if entity_type != "brokers":
+            raise ReplogError(ErrorCode.INVALID_CONFIG,
+                              f"entity type must be 'topics' or 'brokers', got {entity_type!r}")
+        if name is not None:
+            raise ReplogError(ErrorCode.INVALID_CONFIG,
+                              f"configs are kept cluster-wide (kafka-configs --entity-default), not for broker {name!r}")

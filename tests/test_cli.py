@@ -127,3 +127,9 @@ def test_reassigning_with_kafkas_json_file_and_adding_a_broker(tmp_path):
     bad.write_text('{"partitions": [{"topic": "t", "partition": 0}]}')
     refused = replog("reassign", "--json", str(bad), "--execute", root=root)
     assert refused.returncode == 1 and last_line(refused).startswith("replog: INVALID_REPLICA_ASSIGNMENT: ")
+    altered = replog("configs", "--alter", "--entity-type", "topics", "--entity-name", "t",
+                     "--add-config", "retention.ms=60000,cleanup.policy=[compact,delete]", root=root)
+    assert altered.returncode == 0 and altered.stdout == "Completed updating config for topic t.\n"
+    shown = replog("configs", "--describe", "--entity-type", "topics", "--entity-name", "t", root=root)
+    assert shown.stdout.splitlines() == ["Dynamic configs for topic t are:", "  cleanup.policy=compact,delete",
+                                         "  retention.ms=60000"]
