@@ -22,7 +22,7 @@ from pipeline import recovery
 from pipeline import views
 from pipeline.assignment import assign_replicas
 from pipeline.clock import Clock, SystemClock
-from pipeline.config import (CLUSTER_KEYS, TOPIC_KEYS, to_json, validate_cluster_config, validate_topic_config,
+from pipeline.config import (CLUSTER_KEYS, LONG_MAX, TOPIC_KEYS, to_json, validate_cluster_config, validate_topic_config,
                              with_defaults)
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.produce import parse_acks, record_rows, records_frame
@@ -32,6 +32,11 @@ from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLUSTER_SCHEMA, GROU
 from pipeline.storage import Storage
 
 __all__ = ["Cluster"]
+
+# KIP-73 measures replication rates over replication.quota.window.num (11) windows of
+# replication.quota.window.size.seconds (1): a throttled broker's unused budget accrues for at most
+# that long
+THROTTLE_BURST_SECONDS = 11
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _ISOLATION = ("read_committed", "read_uncommitted")
@@ -77,6 +82,8 @@ class Cluster:
         self._carry: Carry | None = None  # the last round's state, pinned (see round.Carry)
         self._restarted = False  # set by open(): the next round is this process's first
         self._config_version = storage.version("cluster")  # alter_configs(brokers) changes it
+        # KIP-73: ("leader" | "follower", broker) -> bytes of throttled replication left over
+        self._throttle_tokens: dict[tuple[str, int], float] = {}
         # the one-writer lease: who this object is, and its (job epoch, lease table version) once held
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._lease: tuple[int, int] | None = None
@@ -341,6 +348,22 @@ class Cluster:
         return {"contexts": contexts, "sessions_after": after, "handles_after": handles,
                 "session_evictions": evictions}
 
+    def _throttle_budgets(self, now: int, previous_ms: int | None) -> dict[tuple[str, int], int]:
+        """Each throttled broker's bytes for this round (KIP-73, `leader.replication.throttled.rate`
+        and `follower.replication.throttled.rate`, bytes/s by the cluster clock): what it left
+        unused plus the rate times the time since the last round, at most THROTTLE_BURST_SECONDS'
+        worth. Brokers without a rate are absent (unlimited)."""
+        elapsed = max(now - previous_ms, 0) if previous_ms is not None else 0
+        budgets = {}
+        for side in ("leader", "follower"):
+            rate = self.config[f"{side}.replication.throttled.rate"]
+            if rate >= LONG_MAX:
+                continue
+            for broker in self.brokers:
+                tokens = self._throttle_tokens.get((side, broker), 0.0) + rate * elapsed / 1000
+                budgets[(side, broker)] = min(tokens, float(rate * THROTTLE_BURST_SECONDS))
+        return {k: int(v) for k, v in budgets.items()}
+
     def run_round(self, batch_id: int | None = None) -> RoundReport:
         """One fetch round; the streaming job's foreachBatch runs the same code. A round with
         nothing to do (no new produce request, every partition settled, no pending ack, no
@@ -383,6 +406,7 @@ class Cluster:
             last_pending_requests=last.pending_requests if last else None, batch_id=batch_id,
             last_records_replicated=last.records_replicated if last else 0,
             reassigning=self._reassigning(partitions_version),
+            throttle_budgets=self._throttle_budgets(now, last.now_ms if last else None),
             restarted=restarted, controller=decisions, **session_inputs,
             inbox_to_version=replay.inbox_version if replay is not None else None,
             admin_to_version=replay.admin_version if replay is not None else None)
@@ -400,6 +424,8 @@ class Cluster:
         # count against the followers, so a restarted process's next round resets them (again)
         self._restarted = self._restarted and replay is not None
         self._last_report, self._seen, self._replay = report, seen, None
+        self._throttle_tokens = {k: float(v - report.throttled_bytes.get(k, 0))
+                                 for k, v in inputs.throttle_budgets.items()}
         return report
 
     def _check_logs(self) -> None:
@@ -730,7 +756,9 @@ class Cluster:
             starts = groups.group_start_offsets(state, committed, auto_offset_reset)
             state = state.join(starts.select("topic", "partition", "start_offset"), on=["topic", "partition"])
             start = F.col("start_offset")
-        hosts = [replica] if replica is not None else self.brokers  # a replica's read needs only its log
+        # a replica's read needs only its log; a stopped broker's lost log directory serves nothing
+        hosts = [replica] if replica is not None else [
+            b for b in self.brokers if self.storage.path_exists(f"{self.storage.log_path(b)}/_delta_log")]
         logs = self.spark.sql(views.logs_sql(self.storage, hosts)).filter(F.col("topic") == topic)
         return (
             logs.join(state, on=["topic", "partition", "broker"], how="inner")

@@ -47,6 +47,26 @@ def _policy(v: str) -> bool:
     return bool(parts) and all(p in ("delete", "compact") for p in parts) and len(set(parts)) == len(parts)
 
 
+def _throttled_replicas(v: str) -> bool:
+    """Kafka's throttled-replica list: empty, `*`, or partition:broker entries separated by commas."""
+    v = v.strip()
+    if v in ("", "*"):
+        return True
+    for entry in v.split(","):
+        partition, sep, broker = entry.strip().partition(":")
+        if not sep or not partition.isdigit() or not broker.isdigit():
+            return False
+    return True
+
+
+def throttled_entries(v: str) -> str:
+    """A throttled-replica list as stored: `*`, or sorted `partition:broker` entries."""
+    v = v.strip()
+    if v in ("", "*"):
+        return v
+    return ",".join(sorted({f"{int(p)}:{int(b)}" for p, b in (e.strip().split(":") for e in v.split(","))}))
+
+
 def _ratio(v: float) -> bool:
     return 0.0 <= v <= 1.0
 
@@ -102,11 +122,22 @@ _KEYS = [
               "fetch sessions each leader broker keeps (KIP-227)"),
     ConfigKey("replication.fetch.mode", str, "incremental", lambda v: v in FETCH_MODES, "incremental|full",
               "incremental: KIP-227 fetch sessions; full: every partition in every fetch (for comparison)"),
+    # KIP-73 replication quotas: bytes per second each broker sends (leader) or receives (follower)
+    # for throttled replicas outside the ISR, by the cluster clock (Kafka's default: unlimited)
+    ConfigKey("leader.replication.throttled.rate", int, LONG_MAX, _positive, "> 0",
+              "bytes/s a leader broker sends to throttled replicas outside the ISR"),
+    ConfigKey("follower.replication.throttled.rate", int, LONG_MAX, _positive, "> 0",
+              "bytes/s a follower broker fetches for its throttled replicas outside the ISR"),
+    ConfigKey("leader.replication.throttled.replicas", str, "", _throttled_replicas, "'' | * | partition:broker,...",
+              "replicas (partition:leader broker) whose leader-side replication is throttled"),
+    ConfigKey("follower.replication.throttled.replicas", str, "", _throttled_replicas,
+              "'' | * | partition:broker,...", "replicas (partition:follower broker) whose fetches are throttled"),
 ]
 CLUSTER_KEYS: dict[str, ConfigKey] = {k.name: k for k in _KEYS}
 _TOPIC_NAMES = ["replica.lag.time.max.ms", "min.insync.replicas", "unclean.leader.election.enable",
                 "retention.ms", "retention.bytes", "message.max.bytes", "cleanup.policy", "min.compaction.lag.ms",
-                "max.compaction.lag.ms", "min.cleanable.dirty.ratio", "delete.retention.ms"]
+                "max.compaction.lag.ms", "min.cleanable.dirty.ratio", "delete.retention.ms",
+                "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"]
 TOPIC_KEYS: dict[str, ConfigKey] = {name: CLUSTER_KEYS[name] for name in _TOPIC_NAMES}
 
 
@@ -123,7 +154,9 @@ def _parse(key: ConfigKey, raw: Any) -> Any:
         value = raw.strip() if isinstance(raw, str) else raw
         if not isinstance(value, str) or not key.check(value):
             raise bad
-        return ",".join(sorted(p.strip() for p in value.split(","))) if key.name == "cleanup.policy" else value
+        if key.name == "cleanup.policy":
+            return ",".join(sorted(p.strip() for p in value.split(",")))
+        return throttled_entries(value) if key.name.endswith(".throttled.replicas") else value
     if isinstance(raw, bool):
         raise bad
     if key.kind is float:

@@ -195,17 +195,27 @@ def fetch_response_records(fetch_df: DataFrame, leader_records_df: DataFrame) ->
     gets the records that fit, and the response ends there (Kafka also reads later partitions into
     the bytes left, which differs only when a later partition's first record is smaller than them).
 
+    Replication quotas (KIP-73), when fetch_df has the columns: a partition flagged
+    `leader_throttled` draws on its leader broker's `leader_budget` (bytes, shared by every request
+    that leader answers this round), one flagged `follower_throttled` on its follower broker's
+    `follower_budget` (null: unlimited). A throttled partition's records go only while the bytes of
+    the throttled partitions before it (in the leader's, or the follower's, order of requests) and
+    its own stay within the budget, with no first-record exception: over the quota, Kafka leaves
+    throttled partitions out of the response. The flags and the leader then stay in the output.
+
     fetch_df: broker (the follower), leader, topic, partition, fetch_offset, partition_max_bytes,
     response_max_bytes, fetch_order; leader_records_df: log rows of the leaders. Returns log rows
     with broker = the follower.
     """
+    throttled = "leader_throttled" in fetch_df.columns
+    quota = ["leader_throttled", "follower_throttled", "leader_budget", "follower_budget"] if throttled else []
     in_partition = Window.partitionBy("broker", *PARTITION_KEY).orderBy("offset")
     in_request = Window.partitionBy("broker", "leader").orderBy("fetch_order", *PARTITION_KEY)
     earlier = in_request.rowsBetween(Window.unboundedPreceding, -1)
     candidates = (
         leader_records_df.drop("broker")
         .join(fetch_df.select("broker", "leader", *PARTITION_KEY, "fetch_offset", "partition_max_bytes",
-                              "response_max_bytes", "fetch_order"), on=PARTITION_KEY, how="inner")
+                              "response_max_bytes", "fetch_order", *quota), on=PARTITION_KEY, how="inner")
         .filter(F.col("offset") >= F.col("fetch_offset"))
         .withColumn("_size", record_size(F.col("key"), F.col("value")))
         .withColumn("_bytes", F.sum("_size").over(in_partition))
@@ -213,7 +223,7 @@ def fetch_response_records(fetch_df: DataFrame, leader_records_df: DataFrame) ->
     )
     within_partition = F.col("_bytes") <= F.col("partition_max_bytes")
     partitions = (
-        candidates.groupBy("broker", "leader", *PARTITION_KEY, "fetch_order")
+        candidates.groupBy("broker", "leader", *PARTITION_KEY, "fetch_order", *quota[:2])
         .agg(F.sum(F.when(within_partition, F.col("_size")).otherwise(0)).alias("_fits"),
              F.max(F.when(F.col("_first"), F.col("_size"))).alias("_first_size"))
         .withColumn("_rank", F.row_number().over(in_request))
@@ -221,15 +231,31 @@ def fetch_response_records(fetch_df: DataFrame, leader_records_df: DataFrame) ->
         .withColumn("_taken", F.when(F.col("_rank") == 1, F.greatest("_fits", "_first_size"))
                     .otherwise(F.col("_fits")))
         .withColumn("_before", F.coalesce(F.sum("_taken").over(earlier), F.lit(0)))
-        .drop("fetch_order", "_first_size", "_taken")
     )
+    if throttled:  # the throttled bytes before each partition, per leader and per follower broker
+        for side, by, then in (("leader", "leader", "broker"), ("follower", "broker", "leader")):
+            order = Window.partitionBy(by).orderBy(then, "fetch_order", *PARTITION_KEY) \
+                .rowsBetween(Window.unboundedPreceding, -1)
+            partitions = partitions.withColumn(f"_{side}_before", F.coalesce(F.sum(
+                F.when(F.col(f"{side}_throttled"), F.col("_fits"))).over(order), F.lit(0)))
+    partitions = partitions.drop("fetch_order", "_first_size", "_taken", *quota[:2])
     first_of_response = (F.col("_rank") == 1) & F.col("_first")
     fits = within_partition & (F.col("_before") + F.col("_bytes") <= F.col("response_max_bytes"))
+    if throttled:
+        def within_quota(side: str):
+            return ~F.col(f"{side}_throttled") | F.col(f"{side}_budget").isNull() \
+                | (F.col(f"_{side}_before") + F.col("_bytes") <= F.col(f"{side}_budget"))
+        exempt = ~F.col("leader_throttled") & ~F.col("follower_throttled")
+        allowed = ((first_of_response & exempt) | fits) & within_quota("leader") & within_quota("follower")
+    else:
+        allowed = first_of_response | fits
+    kept = ["leader", "leader_throttled", "follower_throttled"] if throttled else []
     return (
         candidates.join(partitions, on=["broker", "leader", *PARTITION_KEY], how="inner")
-        .filter(first_of_response | fits)
-        .drop("_size", "_bytes", "_first", "_fits", "_rank", "_before", "leader", "fetch_offset",
-              "partition_max_bytes", "response_max_bytes", "fetch_order")
+        .filter(allowed)
+        .drop("_size", "_bytes", "_first", "_fits", "_rank", "_before", "_leader_before", "_follower_before",
+              "fetch_offset", "partition_max_bytes", "response_max_bytes", "fetch_order", "leader_budget",
+              "follower_budget", *[c for c in ("leader", "leader_throttled", "follower_throttled") if c not in kept])
     )
 
 

@@ -108,9 +108,13 @@ class RoundReport:
     incremental_fetch_partitions_cached: int = 0  # NumIncrementalFetchPartitionsCached
     fetch_session_evictions: int = 0  # this round's; IncrementalFetchSessionEvictionsPerSec in metrics
     fetch_sessions: str | None = None  # JSON: every leader's session cache and fetcher's handle after it
+    # ("leader" | "follower", broker) -> bytes moved for throttled replicas (KIP-73); not a column
+    throttled_bytes: dict = field(default_factory=dict, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        row = asdict(self)
+        row.pop("throttled_bytes")
+        return row
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,9 @@ class RoundInputs:
     admin_to_version: int | None = None
     # a partition has a reassignment in progress (KIP-455): the controller checks for completions
     reassigning: bool = False
+    # KIP-73 replication quotas: ("leader" | "follower", broker) -> bytes that broker may still move
+    # for throttled replicas this round (absent: unlimited); see Cluster._throttle_budgets
+    throttle_budgets: dict = field(default_factory=dict)
 
 
 def with_input_versions(storage: Storage, inputs: RoundInputs) -> RoundInputs:
@@ -234,6 +241,8 @@ def _partition_meta(storage: Storage, config: dict[str, Any]) -> DataFrame:
         F.when(deletes, setting("retention.bytes", "long")).otherwise(F.lit(-1).cast("long")).alias("retention_bytes"),
         setting("unclean.leader.election.enable", "boolean").alias("unclean"),
         compact.alias("compact"),
+        setting("leader.replication.throttled.replicas", "string").alias("leader_throttled_replicas"),
+        setting("follower.replication.throttled.replicas", "string").alias("follower_throttled_replicas"),
     )
     none = F.array().cast("array<int>")
     return (storage.read("partitions").join(topics, on="topic", how="inner").drop("round_id")
@@ -270,7 +279,18 @@ def _with_broker_settings(replicas: DataFrame, inputs: RoundInputs) -> DataFrame
     limit = {b: min(inputs.throttles[b], config["replica.fetch.max.bytes"]) if inputs.throttles.get(b)
              else config["replica.fetch.max.bytes"] for b in inputs.brokers}
     contexts = {_fetch_pair(c): c for c in inputs.contexts}
+
+    def listed(column: str, broker: str) -> Any:  # Kafka's throttled-replica lists: * or partition:broker
+        entry = F.concat_ws(":", F.col("partition").cast("string"), F.col(broker).cast("string"))
+        return (F.col(column) == "*") | F.array_contains(F.split(F.col(column), ","), entry)
+    # a replica in the ISR is never throttled (KIP-73)
+    out_of_sync = ~F.array_contains(F.col("isr"), F.col("broker"))
+    budgets = inputs.throttle_budgets
     return replicas.withColumns({
+        "leader_throttled": out_of_sync & listed("leader_throttled_replicas", "leader"),
+        "follower_throttled": out_of_sync & listed("follower_throttled_replicas", "broker"),
+        "leader_budget": _by_key(["leader"], {b: v for (k, b), v in budgets.items() if k == "leader"}, "long"),
+        "follower_budget": _by_key(["broker"], {b: v for (k, b), v in budgets.items() if k == "follower"}, "long"),
         "is_paused": F.coalesce(F.col("broker").isin(*inputs.paused_brokers), F.lit(False)),
         "broker_last_fetch_ms": _by_key(["broker"], {b: v for b, v in last_fetch.items() if v is not None}, "long"),
         "partition_max_bytes": _by_key(["broker"], limit, "long"),
@@ -296,6 +316,13 @@ def _serving(meta: DataFrame, inputs: RoundInputs) -> DataFrame:
     if not down:
         return meta
     return meta.withColumn("leader", F.when(F.col("leader").isin(*down), F.lit(NO_LEADER)).otherwise(F.col("leader")))
+
+
+def _serving_brokers(inputs: RoundInputs) -> list[int]:
+    """The brokers whose logs a round may read: not the ones that are down (a stopped broker's log
+    directory may be gone), which neither fetch nor lead for the round (_serving)."""
+    down = set((inputs.controller or {}).get("down") or [])
+    return [b for b in inputs.brokers if b not in down] or list(inputs.brokers)
 
 
 def _read_replicas(spark: SparkSession, inputs: RoundInputs, meta: DataFrame, state: DataFrame) -> DataFrame:
@@ -502,7 +529,8 @@ def _epoch_checks(storage: Storage, inputs: RoundInputs, replicas: DataFrame) ->
     need = replicas.filter(unchecked).select(
         *REPLICA_KEY, "leader", "leader_epoch", "leader_epoch_start_offset", "leader_leo", "leader_lso",
         "log_end_offset", "log_start_offset").localCheckpoint()
-    logs = reduce(DataFrame.unionByName, [storage.read_log(b).withColumn("broker", F.lit(b)) for b in inputs.brokers])
+    logs = reduce(DataFrame.unionByName, [storage.read_log(b).withColumn("broker", F.lit(b))
+                                          for b in _serving_brokers(inputs)])
     follower_records = (logs.join(need.select(*REPLICA_KEY, "log_start_offset", "log_end_offset"), on=REPLICA_KEY)
                         .filter((F.col("offset") >= F.col("log_start_offset")) & (F.col("offset") < F.col("log_end_offset"))))
     leaders = need.select(*PARTITION_KEY, F.col("leader").alias("broker"), "leader_epoch",
@@ -580,7 +608,7 @@ def _log_start_requests(spark: SparkSession, storage: Storage, inputs: RoundInpu
                               on=["broker", *PARTITION_KEY], how="inner")
                    .select("broker", *PARTITION_KEY, "log_start_offset", "log_end_offset", "retention_ms",
                            "retention_bytes"))
-        logs = [storage.read_log(b).withColumn("broker", F.lit(b)) for b in inputs.brokers]
+        logs = [storage.read_log(b).withColumn("broker", F.lit(b)) for b in _serving_brokers(inputs)]
         leader_logs = (reduce(DataFrame.unionByName, logs).join(leaders, on=["broker", *PARTITION_KEY])
                        .filter((F.col("offset") >= F.col("log_start_offset")) & (F.col("offset") < F.col("log_end_offset"))))
         asks.append(log_start.retention_log_start_offsets(leader_logs, inputs.now_ms)
@@ -966,6 +994,10 @@ def _summary(appended, response, followers, followers_after, isr_changed, hw, pa
     rows = [
         appended.select(F.col("broker").alias("appended_broker")),
         response.select(F.col("broker").alias("response_broker")),
+        response.filter(F.col("leader_throttled") | F.col("follower_throttled"))
+        .groupBy("leader", "broker", "leader_throttled", "follower_throttled")
+        .agg(F.sum(rules.record_size(F.col("key"), F.col("value"))).alias("bytes"))
+        .select(F.struct("leader", "broker", "leader_throttled", "follower_throttled", "bytes").alias("throttled_bytes")),
         requested.select(F.lit(1).alias("requested")),
         followers_after.filter("responded").select(F.lit(1).alias("responded")),
         requested.filter(F.col("change").isin("added", "removed")).groupBy("session_id").agg(
@@ -995,6 +1027,7 @@ def _summary(appended, response, followers, followers_after, isr_changed, hw, pa
         F.count("requested").alias("fetch_request_partitions"),
         F.count("responded").alias("fetch_response_partitions"),
         F.collect_list("session_size_delta").alias("session_size_deltas"),
+        F.collect_list("throttled_bytes").alias("throttled_byte_rows"),
         F.coalesce(F.sum("isr_shrinks"), zero).alias("isr_shrinks"),
         F.coalesce(F.sum("isr_expands"), zero).alias("isr_expands"),
         F.coalesce(F.sum("under_replicated"), zero).alias("under_replicated_partitions"),
@@ -1135,7 +1168,7 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     fetching = followers.filter("fetched")                                         # 4. response
     requested = _session_requests(inputs, replicas, fetching, step.dropped)
     old = _old_leader_records(storage, fetching.filter(F.col("fetch_offset") < F.col("leader_leo_before")),
-                              inputs.brokers)
+                              _serving_brokers(inputs))
     source = appended.select(*LOG_SCHEMA.fieldNames(), "broker")
     response = rules.fetch_response_records(fetching.withColumnRenamed("last_data_round", "fetch_order"),
                                             source if old is None else source.unionByName(old)).localCheckpoint()
@@ -1211,7 +1244,7 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
         retention_checked_ms=now if inputs.retention_due else inputs.last_retention_check_ms,
         **{f: int(figures[f]) for f in RoundReport.__dataclass_fields__ if f in figures},
         duration_ms=int((time.perf_counter() - started) * 1000), batch_id=inputs.batch_id,
-        **_session_figures(inputs, after),
+        **_session_figures(inputs, after), throttled_bytes=_throttled_bytes(figures["throttled_byte_rows"]),
     )
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds", round_id)
     watch.lap("commit rounds row")
@@ -1230,6 +1263,16 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     return report, carry_out
 
 
+def _throttled_bytes(rows: list) -> dict[tuple[str, int], int]:
+    """The summary's throttled bytes as ("leader" | "follower", broker) -> bytes."""
+    spent: dict[tuple[str, int], int] = {}
+    for r in rows:
+        for side, flag, broker in (("leader", "leader_throttled", "leader"), ("follower", "follower_throttled", "broker")):
+            if r[flag]:
+                spent[(side, r[broker])] = spent.get((side, r[broker]), 0) + int(r["bytes"])
+    return spent
+
+
 def _session_figures(inputs: RoundInputs, after: list) -> dict[str, Any]:
     return {"incremental_fetch_sessions": len(after),
             "incremental_fetch_partitions_cached": sum(s.size for s in after),
@@ -1246,6 +1289,7 @@ def idle_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, previ
         previous, round_id=inputs.round_id, now_ms=inputs.now_ms, inbox_version=inputs.last_inbox_version,
         fetch_request_partitions=0, fetch_response_partitions=0, records_appended=0, records_replicated=0,
         requests_acked=0, requests_failed=0, isr_shrinks=0, isr_expands=0, batch_id=inputs.batch_id,
+        throttled_bytes={},
         duration_ms=int((time.perf_counter() - started) * 1000), **_session_figures(inputs, inputs.sessions_after))
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds",
                          inputs.round_id)

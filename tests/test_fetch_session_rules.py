@@ -199,3 +199,33 @@ def test_first_record_of_a_response_goes_even_over_both_limits(spark):
     expected = [(1, 0, 0), (2, 0, 1)]
     assert_df_equality(result, spark.createDataFrame(expected, "broker int, partition int, offset long"),
                        ignore_row_order=True, ignore_nullable=True)
+
+
+THROTTLED = FETCH + ", leader_throttled boolean, follower_throttled boolean, leader_budget long, follower_budget long"
+
+
+def test_throttled_partitions_share_their_brokers_budgets_and_in_sync_ones_are_never_held_back(spark):
+    records = spark.createDataFrame([("t", p, o, None, b"0123456789", 0) for p in range(4) for o in range(4)], LOG)
+    big = 100 * SIZE
+    fetch = spark.createDataFrame([
+        # follower 1: p0 in sync (not throttled), p1 throttled on both sides
+        (1, 0, "t", 0, 0, big, big, 0, False, False, 3 * SIZE, 5 * SIZE),
+        (1, 0, "t", 1, 0, big, big, 1, True, True, 3 * SIZE, 5 * SIZE),
+        # follower 2: p2 leader-throttled: leader 0's budget has 3 records left after p1's... none
+        (2, 0, "t", 2, 0, big, big, 0, True, False, 3 * SIZE, None),
+        # follower 2: p3 follower-throttled only, an unlimited leader side: 2 records fit its 2
+        (2, 0, "t", 3, 0, big, big, 1, False, True, 3 * SIZE, 2 * SIZE),
+    ], THROTTLED)
+    result = fetch_response_records(fetch, records).select("broker", "partition", "offset", "leader_throttled")
+    # p0 (in sync) gets all 4; p1: 3 of leader 0's budget; p2: the 3 are spent; p3: 2 of follower 2's
+    expected = ([(1, 0, o, False) for o in range(4)] + [(1, 1, o, True) for o in range(3)]
+                + [(2, 3, o, False) for o in range(2)])
+    assert_df_equality(result, spark.createDataFrame(expected, "broker int, partition int, offset long, "
+                                                               "leader_throttled boolean"),
+                       ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_throttled_record_larger_than_the_budget_waits(spark):
+    records = spark.createDataFrame([("t", 0, 0, None, b"0123456789", 0)], LOG)
+    fetch = spark.createDataFrame([(1, 0, "t", 0, 0, 100, 100, 0, False, True, None, SIZE - 1)], THROTTLED)
+    assert fetch_response_records(fetch, records).count() == 0
