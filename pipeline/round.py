@@ -286,11 +286,15 @@ def _with_broker_settings(replicas: DataFrame, inputs: RoundInputs) -> DataFrame
     # a replica in the ISR is never throttled (KIP-73)
     out_of_sync = ~F.array_contains(F.col("isr"), F.col("broker"))
     budgets = inputs.throttle_budgets
-    return replicas.withColumns({
+    # (without a throttled rate, no quota columns: the response rule skips its quota windows)
+    quota = {} if not budgets else {
         "leader_throttled": out_of_sync & listed("leader_throttled_replicas", "leader"),
         "follower_throttled": out_of_sync & listed("follower_throttled_replicas", "broker"),
         "leader_budget": _by_key(["leader"], {b: v for (k, b), v in budgets.items() if k == "leader"}, "long"),
         "follower_budget": _by_key(["broker"], {b: v for (k, b), v in budgets.items() if k == "follower"}, "long"),
+    }
+    return replicas.withColumns({
+        **quota,
         "is_paused": F.coalesce(F.col("broker").isin(*inputs.paused_brokers), F.lit(False)),
         "broker_last_fetch_ms": _by_key(["broker"], {b: v for b, v in last_fetch.items() if v is not None}, "long"),
         "partition_max_bytes": _by_key(["broker"], limit, "long"),
@@ -994,10 +998,11 @@ def _summary(appended, response, followers, followers_after, isr_changed, hw, pa
     rows = [
         appended.select(F.col("broker").alias("appended_broker")),
         response.select(F.col("broker").alias("response_broker")),
-        response.filter(F.col("leader_throttled") | F.col("follower_throttled"))
-        .groupBy("leader", "broker", "leader_throttled", "follower_throttled")
-        .agg(F.sum(rules.record_size(F.col("key"), F.col("value"))).alias("bytes"))
-        .select(F.struct("leader", "broker", "leader_throttled", "follower_throttled", "bytes").alias("throttled_bytes")),
+        *([response.filter(F.col("leader_throttled") | F.col("follower_throttled"))
+           .groupBy("leader", "broker", "leader_throttled", "follower_throttled")
+           .agg(F.sum(rules.record_size(F.col("key"), F.col("value"))).alias("bytes"))
+           .select(F.struct("leader", "broker", "leader_throttled", "follower_throttled", "bytes")
+                   .alias("throttled_bytes"))] if "leader_throttled" in response.columns else []),
         requested.select(F.lit(1).alias("requested")),
         followers_after.filter("responded").select(F.lit(1).alias("responded")),
         requested.filter(F.col("change").isin("added", "removed")).groupBy("session_id").agg(
@@ -1027,7 +1032,8 @@ def _summary(appended, response, followers, followers_after, isr_changed, hw, pa
         F.count("requested").alias("fetch_request_partitions"),
         F.count("responded").alias("fetch_response_partitions"),
         F.collect_list("session_size_delta").alias("session_size_deltas"),
-        F.collect_list("throttled_bytes").alias("throttled_byte_rows"),
+        (F.collect_list("throttled_bytes") if "throttled_bytes" in union.columns
+         else F.array()).alias("throttled_byte_rows"),
         F.coalesce(F.sum("isr_shrinks"), zero).alias("isr_shrinks"),
         F.coalesce(F.sum("isr_expands"), zero).alias("isr_expands"),
         F.coalesce(F.sum("under_replicated"), zero).alias("under_replicated_partitions"),

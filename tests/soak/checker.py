@@ -165,8 +165,8 @@ class Checker:
                 if result is None or result["status"] != "acked":
                     continue
                 p = parts[(topic, partition)]
-                if p["leader"] < 0:
-                    continue
+                if p["leader"] < 0 or p["leader"] not in snap["present"]:
+                    continue  # offline, or a stopped leader whose disk is gone: its successor is checked
                 leader = {o: v for o, _, v in logs.get((topic, partition, p["leader"]), [])}
                 lso = state[(topic, partition, p["leader"])]["log_start_offset"]
                 for i, value in enumerate(values):
