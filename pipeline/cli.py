@@ -4,7 +4,8 @@
     replog topics   --create --topic T --partitions N --replication-factor RF [--config key=value ...]
     replog topics   --list | --describe [--topic T] [--under-replicated-partitions |
                     --under-min-isr-partitions | --unavailable-partitions]
-    replog produce  --topic T [--acks all] [--file F] [--key-separator SEP]     (lines from stdin)
+    replog produce  --topic T [--acks all] [--file F] [--key-separator SEP] [--client-id C] [--user U]
+                    (lines from stdin)
     replog consume  --topic T (--from-beginning | --offset N) [--partition P] [--replica B]
                     [--isolation read_committed|read_uncommitted] [--print-key]
     replog run      --rounds N | --until-committed [--max-rounds 50]
@@ -12,6 +13,9 @@
     replog reassign --json FILE (--execute | --verify)     (kafka-reassign-partitions' JSON)
     replog configs  --describe | --alter --entity-type topics --entity-name T | --entity-type brokers
                     --entity-default [--add-config k=v,k2=v2] [--delete-config k,k2]
+    replog configs  --describe | --alter --entity-type users|clients (--entity-name N | --entity-default)
+                    [--entity-type clients (--entity-name C | --entity-default)]
+                    [--add-config producer_byte_rate=B,consumer_byte_rate=B] [--delete-config k]
     replog sessions [--leader B]
     replog consumer-groups --list | --describe --group G
                     | --reset-offsets --group G --topic T (--to-earliest | --to-latest | --to-offset N) [--execute]
@@ -128,7 +132,7 @@ def cmd_produce(args: argparse.Namespace) -> None:
     if not records:
         print("replog produce: no lines to send", file=sys.stderr)
         return
-    request_id = cluster.produce(args.topic, records, acks=args.acks)
+    request_id = cluster.produce(args.topic, records, acks=args.acks, client_id=args.client_id, user=args.user)
     print(f"Sent {len(records)} records to {args.topic} (acks={args.acks}), request {request_id}.")
 
 
@@ -216,22 +220,55 @@ def config_list(text: str | None) -> dict[str, str]:
     return config
 
 
+def _client_quota_entity(args: argparse.Namespace) -> dict[str, str | None] | None:
+    """kafka-configs' --entity-type users|clients, each followed by --entity-name N or
+    --entity-default, as a client quota entity (None: a topics or brokers command)."""
+    types, names = args.entity_type, args.entity_names or []
+    if not set(types) & {"users", "clients"}:
+        return None
+    if len(names) != len(types) or len(set(types)) != len(types) or not set(types) <= {"users", "clients"}:
+        raise SystemExit("replog configs: give each --entity-type users|clients (once each) an --entity-name "
+                         "or --entity-default")
+    return {{"users": "user", "clients": "client-id"}[t]: n for t, n in zip(types, names)}
+
+
+def _entity_text(entity: dict[str, str | None]) -> str:
+    return ", ".join(f"{k} {'<default>' if v is None else v}"
+                     for k, v in entity.items())
+
+
 def cmd_configs(args: argparse.Namespace) -> None:
-    """kafka-configs: a topic's overrides, or the cluster-wide broker defaults."""
-    if args.entity_type == "topics" and not args.entity_name:
+    """kafka-configs: a topic's overrides, the cluster-wide broker defaults, or client quotas."""
+    deletes = [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
+    entity = _client_quota_entity(args)
+    if entity is not None:
+        cluster = _open(args)
+        if args.alter:
+            cluster.alter_client_quotas(entity, set=config_list(args.add_config), delete=deletes)
+            print(f"Completed updating config for {_entity_text(entity)}.")
+            return
+        for row in cluster.describe_client_quotas():
+            if row["entity"] == entity:
+                print(f"Quota configs for {_entity_text(entity)} are "
+                      + ", ".join(f"{k}={v}" for k, v in sorted(row["quotas"].items())))
+                return
+        print(f"No quota configs for {_entity_text(entity)}.")
+        return
+    if len(args.entity_type) != 1:
+        raise SystemExit("replog configs: one --entity-type for topics or brokers")
+    entity_type, name = args.entity_type[0], (args.entity_names or [None])[0]
+    if entity_type == "topics" and not name:
         raise SystemExit("replog configs --entity-type topics: --entity-name is required")
-    if args.entity_type == "brokers" and not args.entity_default:
+    if entity_type == "brokers" and (name is not None or not args.entity_names):
         raise SystemExit("replog configs --entity-type brokers: say --entity-default (configs are cluster-wide)")
-    name = args.entity_name if args.entity_type == "topics" else None
     cluster = _open(args)
     if args.alter:
-        deletes = [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
-        cluster.alter_configs(args.entity_type, name, set=config_list(args.add_config), delete=deletes)
+        cluster.alter_configs(entity_type, name, set=config_list(args.add_config), delete=deletes)
         print(f"Completed updating config for {'topic ' + name if name else 'the broker default'}.")
         return
     what = f"topic {name}" if name else "the brokers' default"
     print(f"Dynamic configs for {what} are:")
-    for key, value in sorted(cluster.describe_configs(args.entity_type, name).items()):
+    for key, value in sorted(cluster.describe_configs(entity_type, name).items()):
         print(f"  {key}={str(value).lower() if isinstance(value, bool) else value}")
 
 
@@ -362,6 +399,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--acks", default="1")
     p.add_argument("--file")
     p.add_argument("--key-separator")
+    p.add_argument("--client-id", help="Kafka's client.id: selects the client's produce quota")
+    p.add_argument("--user", help="the user the client authenticated as (user quotas)")
 
     p = command("consume", cmd_consume, "print records")
     p.add_argument("--topic", required=True)
@@ -383,13 +422,15 @@ def _parser() -> argparse.ArgumentParser:
     change.add_argument("--add", action="store_true", help="register a new empty broker")
     change.add_argument("--decommission", type=int, metavar="B", help="move every replica off broker B")
 
-    p = command("configs", cmd_configs, "describe or alter topic and broker-default configs (kafka-configs)")
+    p = command("configs", cmd_configs, "describe or alter topic, broker-default and client quota configs "
+                "(kafka-configs)")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true")
     action.add_argument("--alter", action="store_true")
-    p.add_argument("--entity-type", required=True, choices=["topics", "brokers"])
-    p.add_argument("--entity-name")
-    p.add_argument("--entity-default", action="store_true")
+    p.add_argument("--entity-type", required=True, action="append", choices=["topics", "brokers", "users", "clients"],
+                   help="users and clients may be given together (a (user, client-id) quota)")
+    p.add_argument("--entity-name", dest="entity_names", action="append")
+    p.add_argument("--entity-default", dest="entity_names", action="append_const", const=None)
     p.add_argument("--add-config", metavar="K=V,K2=V2")
     p.add_argument("--delete-config", metavar="K,K2")
 

@@ -18,6 +18,7 @@ from pipeline import cleaner, consumer
 from pipeline import controller
 from pipeline import fetch_session as sessions
 from pipeline import groups
+from pipeline import quotas
 from pipeline import recovery
 from pipeline import views
 from pipeline.assignment import assign_replicas
@@ -25,9 +26,10 @@ from pipeline.clock import Clock, SystemClock
 from pipeline.config import (CLUSTER_KEYS, LONG_MAX, TOPIC_KEYS, to_json, validate_cluster_config, validate_topic_config,
                              with_defaults)
 from pipeline.errors import ErrorCode, ReplogError
-from pipeline.produce import parse_acks, record_rows, records_frame
+from pipeline.produce import check_client, parse_acks, record_rows, records_frame
+from pipeline.replication import record_size
 from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round
-from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLUSTER_SCHEMA, GROUP_OFFSETS_SCHEMA, INBOX_SCHEMA,
+from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLIENT_QUOTAS_SCHEMA, CLUSTER_SCHEMA, GROUP_OFFSETS_SCHEMA, INBOX_SCHEMA,
                               LEASE_SCHEMA, LOG_SCHEMA, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
 from pipeline.storage import Storage
 
@@ -78,12 +80,19 @@ class Cluster:
         self._pairs: tuple[int, tuple] | None = None  # (partitions version, (fetch pairs, reassigning))
         self._clients: tuple[int, consumer.ClientSessions] | None = None  # (version, consumers' sessions)
         self._consumer_requests: dict[str, list[sessions.Context]] = {}
+        self._fetch_throttles: dict[str, int] = {}  # consumer id -> its last fetch's throttle time
         self._last_clean_ms: int | None = None  # the log cleaner's last pass (compact_if_due)
         self._carry: Carry | None = None  # the last round's state, pinned (see round.Carry)
         self._restarted = False  # set by open(): the next round is this process's first
         self._config_version = storage.version("cluster")  # alter_configs(brokers) changes it
         # KIP-73: ("leader" | "follower", broker) -> bytes of throttled replication left over
         self._throttle_tokens: dict[tuple[str, int], float] = {}
+        # client quotas (pipeline/quotas.py): the configured entities by the client_quotas table's
+        # version, and the rates measured in this process (produce: by its rounds; fetch: by its
+        # consumers' reads), as a Kafka broker keeps its quota metrics in memory
+        self._quotas_seen: tuple[int, dict] | None = None
+        window = (config["quota.window.num"], config["quota.window.size.seconds"] * 1000)
+        self._sensors = {key: quotas.Sensors(*window) for key in quotas.QUOTA_KEYS}
         # the one-writer lease: who this object is, and its (job epoch, lease table version) once held
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._lease: tuple[int, int] | None = None
@@ -101,6 +110,9 @@ class Cluster:
         storage.ensure_columns("replica_state")
         storage.ensure_columns("partitions")  # ... before reassignments
         storage.ensure_columns("admin")
+        storage.ensure("client_quotas")  # ... before client quotas
+        for table in ("inbox", "results", "rounds"):
+            storage.ensure_columns(table)
         views.register_views(spark, storage, brokers, config["min.insync.replicas"])
 
     # -- factories ---------------------------------------------------------------------------
@@ -193,11 +205,15 @@ class Cluster:
         return self.storage.read("topics")
 
     # -- produce -----------------------------------------------------------------------------
-    def produce(self, topic: str, records: Any, acks: Any = 1) -> str:
+    def produce(self, topic: str, records: Any, acks: Any = 1, client_id: str | None = None,
+                user: str | None = None) -> str:
         """Appends a produce request to the inbox and returns its request id; the next round
         appends it on the leaders. `records`: dicts with value (str|bytes|None), optional key and
-        partition, or a DataFrame with those columns."""
+        partition, or a DataFrame with those columns. `client_id` and `user` (Kafka's client.id and
+        authenticated user) select the client quota the request counts against (alter_client_quotas):
+        over its producer_byte_rate, the request waits in the inbox for a later round."""
         acks_value = parse_acks(acks)
+        client = check_client(client_id, user)
         if not isinstance(topic, str):
             raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic must be a str, got {topic!r}")
         meta = self._topic(topic)
@@ -205,12 +221,12 @@ class Cluster:
         request_id = str(uuid.uuid4())
         now = self.clock.now_ms()
         if isinstance(records, DataFrame):
-            df = records_frame(records, topic, partitions, request_id, acks_value, now)
+            df = records_frame(records, topic, partitions, request_id, acks_value, now, client)
         else:
             if isinstance(records, (str, bytes, dict)) or not hasattr(records, "__iter__"):
                 raise ReplogError(ErrorCode.INVALID_RECORD, "records must be a list of dicts or a DataFrame")
-            df = self.spark.createDataFrame(record_rows(records, topic, partitions, request_id, acks_value, now),
-                                            INBOX_SCHEMA)
+            df = self.spark.createDataFrame(record_rows(records, topic, partitions, request_id, acks_value, now,
+                                                        client), INBOX_SCHEMA)
         self.storage.append_table(df, "inbox")
         return request_id
 
@@ -364,6 +380,43 @@ class Cluster:
                 budgets[(side, broker)] = min(tokens, float(rate * THROTTLE_BURST_SECONDS))
         return {k: int(v) for k, v in budgets.items()}
 
+    def _quota_entries(self) -> dict[tuple[str | None, str | None], dict[str, int]]:
+        """The client_quotas table as (user entity, client-id entity) -> quotas set, re-read only
+        when its version moved (O(entities))."""
+        version = self.storage.version("client_quotas")
+        if self._quotas_seen is None or self._quotas_seen[0] != version:
+            entries = {(r["user"], r["client_id"]): {k: r[k] for k in quotas.QUOTA_KEYS if r[k] is not None}
+                       for r in self.storage.read("client_quotas").collect()}
+            self._quotas_seen = (version, entries)
+        return self._quotas_seen[1]
+
+    def _quota_sensors(self, key: str, now: int):
+        """For a round: (user, client_id) pairs -> their `key` quota's sensor rows (see
+        round._SENSOR_SCHEMA); None when no client has that quota."""
+        entries = self._quota_entries()
+        if not any(key in v for v in entries.values()):
+            return None
+        sensors = self._sensors[key]
+        sensors.reconfigure(self.config["quota.window.num"], self.config["quota.window.size.seconds"] * 1000)
+
+        def rows(pairs: list[tuple]) -> list[tuple]:
+            out = []
+            for user, client_id in pairs:
+                found = quotas.quota_for(entries, key, user, client_id)
+                if found is None:
+                    out.append((user, client_id, None, None, None, 0, 1, False))
+                    continue
+                sensor, quota = found
+                out.append((user, client_id, *sensor, quota, *sensors.state(sensor, now)))
+            return out
+        return rows
+
+    def _record_quota(self, key: str, recorded: Mapping[tuple[str, str], tuple[int, int]], now: int) -> None:
+        """Records the bytes a round (or a consumer's fetch) served per sensor, (bytes, quota); over
+        its quota, the sensor's clients wait the throttle time."""
+        for sensor, (value, quota) in recorded.items():
+            self._sensors[key].record(sensor, quota, value, now)
+
     def run_round(self, batch_id: int | None = None) -> RoundReport:
         """One fetch round; the streaming job's foreachBatch runs the same code. A round with
         nothing to do (no new produce request, every partition settled, no pending ack, no
@@ -407,12 +460,15 @@ class Cluster:
             last_records_replicated=last.records_replicated if last else 0,
             reassigning=self._reassigning(partitions_version),
             throttle_budgets=self._throttle_budgets(now, last.now_ms if last else None),
+            quota_sensors=self._quota_sensors("producer_byte_rate", now),
+            last_throttled_requests=last.throttled_requests if last else None,
             restarted=restarted, controller=decisions, **session_inputs,
             inbox_to_version=replay.inbox_version if replay is not None else None,
             admin_to_version=replay.admin_version if replay is not None else None)
         seen = (self.storage.version("inbox"), partitions_version, self.storage.version("admin"),
                 paused, throttles)
         quiet = (last is not None and last.active_partitions == 0 and last.pending_requests == 0
+                 and not last.throttled_requests
                  and not retention_due and not decisions["fence"] and not decisions["unfence"]
                  and all(c.kind == "incremental" for c in session_inputs["contexts"]))
         if quiet and seen == self._seen and replay is None:
@@ -426,6 +482,7 @@ class Cluster:
         self._last_report, self._seen, self._replay = report, seen, None
         self._throttle_tokens = {k: float(v - report.throttled_bytes.get(k, 0))
                                  for k, v in inputs.throttle_budgets.items()}
+        self._record_quota("producer_byte_rate", report.client_quota_bytes, now)
         return report
 
     def _check_logs(self) -> None:
@@ -537,7 +594,8 @@ class Cluster:
         text = self._last_report.fetch_sessions if self._last_report else None
         return [sessions.Context(**c) for c in json.loads(text)["requests"]] if text else []
 
-    def read_incremental(self, consumer_id: str, topic: str) -> DataFrame:
+    def read_incremental(self, consumer_id: str, topic: str, client_id: str | None = None,
+                         user: str | None = None) -> DataFrame:
         """The committed records of `topic` that consumer `consumer_id` has not read yet, through
         its KIP-227 fetch session with each leader (unprivileged: it shares the leaders' cache slots
         with the followers' sessions and yields to them). An incremental response carries only
@@ -546,23 +604,51 @@ class Cluster:
         consumer's positions to the high watermarks it saw. A leader that answers with
         FETCH_SESSION_ID_NOT_FOUND (its session was evicted) serves nothing this call and the next
         call opens a new session with a full fetch: nothing is skipped or returned twice.
+        `client_id` (default: the consumer id) and `user` select its consumer_byte_rate quota (see
+        fetch_incremental; fetch_throttle_time_ms tells the last call's throttle).
         Returns topic, partition, offset, leader_epoch, timestamp, key, value (pinned)."""
-        fetched = self.fetch_incremental(consumer_id, topic)
+        fetched = self.fetch_incremental(consumer_id, topic, client_id, user)
         fetched.commit()
         return fetched.records
 
-    def fetch_incremental(self, consumer_id: str, topic: str) -> consumer.Fetched:
+    def fetch_incremental(self, consumer_id: str, topic: str, client_id: str | None = None,
+                          user: str | None = None) -> consumer.Fetched:
         """read_incremental's fetch without moving the consumer's positions yet: the records, the
-        ranges read per partition, and `commit()` (pipeline/stream.py records the ranges first)."""
+        ranges read per partition, and `commit()` (pipeline/stream.py records the ranges first).
+        Under a consumer_byte_rate quota the fetch's bytes are recorded (this process measures its
+        consumers, as each Kafka broker measures its own); over the quota the result carries a
+        throttle time, and a fetch while the client still waits serves nothing and moves nothing
+        (its records stay for a later fetch)."""
         if not isinstance(consumer_id, str) or not consumer_id:
             raise ValueError(f"consumer_id must be a non-empty str, got {consumer_id!r}")
+        client_id, user = check_client(client_id, user)
+        client_id = consumer_id if client_id is None else client_id
         if not isinstance(topic, str) or self._topic(topic) is None:
             raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
-        fetched = consumer.fetch_incremental(
-            self.storage, self.brokers, self._round_sessions()[0], consumer_id, topic, self.clock.now_ms(),
-            self.config["max.incremental.fetch.session.cache.slots"], self._rng)
+        now = self.clock.now_ms()
+        self._reload_config()
+        sensors = self._quota_sensors("consumer_byte_rate", now)
+        sensor_row = sensors([(user, client_id)])[0] if sensors is not None else None
+        quota_key = None if sensor_row is None or sensor_row[4] is None else (sensor_row[2], sensor_row[3])
+        waits = self._sensors["consumer_byte_rate"].remaining_ms(quota_key, now) if quota_key else 0
+        if waits:
+            fetched = consumer.throttled_fetch(self.storage, waits)
+        else:
+            fetched = consumer.fetch_incremental(
+                self.storage, self.brokers, self._round_sessions()[0], consumer_id, topic, now,
+                self.config["max.incremental.fetch.session.cache.slots"], self._rng)
+            if quota_key is not None:
+                size = fetched.records.agg(F.sum(record_size(F.col("key"), F.col("value")))).first()[0] or 0
+                throttle = self._sensors["consumer_byte_rate"].record(quota_key, sensor_row[4], int(size), now)
+                fetched = replace(fetched, throttle_time_ms=throttle)
         self._consumer_requests[consumer_id] = fetched.contexts
+        self._fetch_throttles[consumer_id] = fetched.throttle_time_ms
         return fetched
+
+    def fetch_throttle_time_ms(self, consumer_id: str) -> int:
+        """The throttle time of `consumer_id`'s last fetch in this process (Kafka's consumer
+        metric fetch-throttle-time): 0 within its consumer_byte_rate quota."""
+        return self._fetch_throttles.get(consumer_id, 0)
 
     def stream(self, topic: str, consumer_id: str, process: Any, checkpoint: str,
                trigger: Mapping[str, Any] | None = None) -> Any:
@@ -987,6 +1073,46 @@ class Cluster:
             self._config_version, self._carry, self._seen = version, None, None
             views.register_views(self.spark, self.storage, self.brokers, self.config["min.insync.replicas"])
 
+    # -- client quotas (Kafka's design 4.9, pipeline/quotas.py) -------------------------------------
+    def alter_client_quotas(self, entity: Mapping[str, str | None], set: Mapping[str, Any] | None = None,
+                            delete: Any = ()) -> dict[str, int]:
+        """Kafka's AlterClientQuotas: sets or deletes `producer_byte_rate` / `consumer_byte_rate`
+        (bytes/s) of an entity: {"user": name}, {"client-id": name} or both, a None name being the
+        default entity (kafka-configs --entity-default). INVALID_REQUEST names what is wrong and
+        writes nothing; the next round (produce) and the next fetch (consume) use them. Returns the
+        entity's quotas after the change."""
+        key = quotas.check_entity(entity)
+        delete = [delete] if isinstance(delete, str) else list(delete or [])
+        values = quotas.check_quota_values(dict(set or {}), delete)
+        if not values and not delete:
+            raise ReplogError(ErrorCode.INVALID_REQUEST, f"nothing to alter for {dict(entity)}: give a quota to set "
+                                                         "or to delete")
+        entries = dict(self._quota_entries())
+        after = {k: v for k, v in entries.get(key, {}).items() if k not in delete}
+        after.update(values)
+        entries[key] = after
+        now = self.clock.now_ms()
+        rows = [(u, c, q.get("producer_byte_rate"), q.get("consumer_byte_rate"), now)
+                for (u, c), q in sorted(entries.items(), key=lambda e: (str(e[0][0]), str(e[0][1]))) if q]
+        self.storage.overwrite_table(self.spark.createDataFrame(rows, CLIENT_QUOTAS_SCHEMA), "client_quotas")
+        return after
+
+    def describe_client_quotas(self) -> list[dict[str, Any]]:
+        """Kafka's DescribeClientQuotas: every entity with quotas, as {"entity": {"user": ...,
+        "client-id": ...} (None: the default), "quotas": {key: bytes/s}}."""
+        out = []
+        for (user, client), values in sorted(self._quota_entries().items(), key=lambda e: (str(e[0][0]), str(e[0][1]))):
+            entity = {kind: (None if name == quotas.DEFAULT else name)
+                      for kind, name in zip(quotas.ENTITY_TYPES, (user, client)) if name is not None}
+            out.append({"entity": entity, "quotas": dict(values)})
+        return out
+
+    @staticmethod
+    def _client_entity(entity_type: str, name: Any) -> dict[str, Any] | None:
+        """kafka-configs' --entity-type users|clients with a name (None: --entity-default)."""
+        kind = {"users": "user", "clients": "client-id"}.get(entity_type)
+        return None if kind is None else {kind: name}
+
     def describe_configs(self, entity_type: str, name: str | None = None) -> dict[str, Any]:
         """kafka-configs --describe: a topic's overrides (entity_type 'topics'), or the cluster-wide
         broker defaults ('brokers', no name), every key with its value."""
@@ -995,6 +1121,9 @@ class Cluster:
             if row is None:
                 raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
             return json.loads(row["config"])
+        entity = self._client_entity(entity_type, name)
+        if entity is not None:
+            return dict(self._quota_entries().get(quotas.check_entity(entity), {}))
         self._check_broker_entity(entity_type, name)
         self._reload_config()
         return dict(self.config)
@@ -1006,7 +1135,8 @@ class Cluster:
         value), or the cluster-wide broker defaults ('brokers', no name: --entity-default; a
         deleted key goes back to Kafka's default). Validated as at creation (INVALID_CONFIG,
         UNKNOWN_TOPIC_OR_PARTITION; nothing written on an error); the next round uses them, in a
-        running job too. Returns the entity's config after the change."""
+        running job too. 'users' and 'clients' (name None: the default entity) set client quotas
+        (alter_client_quotas). Returns the entity's config after the change."""
         set = dict(set or {})
         delete = [delete] if isinstance(delete, str) else list(delete or [])
         if entity_type == "topics":
@@ -1023,6 +1153,9 @@ class Cluster:
                 [(name, row["partitions"], row["replication_factor"], to_json(overrides), row["created_ms"])],
                 TOPICS_SCHEMA), "topics", ["topic"])
             return overrides
+        entity = self._client_entity(entity_type, name)
+        if entity is not None:  # --entity-type users|clients: client quotas
+            return self.alter_client_quotas(entity, set, delete)
         self._check_broker_entity(entity_type, name)
         self._check_deletes(delete, CLUSTER_KEYS, "cluster")
         self._reload_config()
@@ -1045,7 +1178,7 @@ class Cluster:
     def _check_broker_entity(entity_type: str, name: Any) -> None:
         if entity_type != "brokers":
             raise ReplogError(ErrorCode.INVALID_CONFIG,
-                              f"entity type must be 'topics' or 'brokers', got {entity_type!r}")
+                              f"entity type must be 'topics', 'brokers', 'users' or 'clients', got {entity_type!r}")
         if name is not None:
             raise ReplogError(ErrorCode.INVALID_CONFIG,
                               f"configs are kept cluster-wide (kafka-configs --entity-default), not for broker {name!r}")

@@ -132,6 +132,11 @@ _KEYS = [
               "replicas (partition:leader broker) whose leader-side replication is throttled"),
     ConfigKey("follower.replication.throttled.replicas", str, "", _throttled_replicas,
               "'' | * | partition:broker,...", "replicas (partition:follower broker) whose fetches are throttled"),
+    # client quotas (Kafka's design 4.9; pipeline/quotas.py): the windows rates are measured over.
+    # Kafka's broker default for quota.window.num is 11; its design text, and this project, use 30
+    ConfigKey("quota.window.num", int, 30, _positive, "> 0",
+              "samples a client quota's rate is measured over"),
+    ConfigKey("quota.window.size.seconds", int, 1, _positive, "> 0", "the length of one such sample"),
 ]
 CLUSTER_KEYS: dict[str, ConfigKey] = {k.name: k for k in _KEYS}
 _TOPIC_NAMES = ["replica.lag.time.max.ms", "min.insync.replicas", "unclean.leader.election.enable",

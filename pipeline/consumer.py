@@ -28,7 +28,7 @@ from pipeline.storage import Storage
 
 __all__ = ["CONSUMER_PREFIX", "consumer_fetcher", "ClientSessions", "load_client_sessions",
            "client_session_rows", "save_client_sessions", "client_cache_after_round", "read_incremental",
-           "Fetched", "fetch_incremental", "advance_positions"]
+           "Fetched", "fetch_incremental", "throttled_fetch", "advance_positions"]
 
 CONSUMER_PREFIX = "consumer-"
 _POSITION_KEY = ["consumer_id", "topic", "partition"]
@@ -88,6 +88,9 @@ class Fetched:
     contexts: list
     ranges: DataFrame
     commit: Callable[[], None]
+    # the consumer's fetch quota (consumer_byte_rate): how long it should wait before its next
+    # fetch; a fetch while it waits is served empty (Cluster.fetch_incremental)
+    throttle_time_ms: int = 0
 
 
 def read_incremental(storage: Storage, brokers: list[int], round_sessions: list[sessions.Session],
@@ -186,6 +189,16 @@ def fetch_incremental(storage: Storage, brokers: list[int], round_sessions: list
     ranges = served.select(*PARTITION_KEY, F.col("from_offset").alias("start_offset"),
                            F.col("high_watermark").alias("end_offset"))
     return Fetched(records, contexts, ranges, commit)
+
+
+def throttled_fetch(storage: Storage, throttle_ms: int) -> Fetched:
+    """A fetch the consumer's quota holds back: no records, nothing read or moved (Kafka's
+    throttled response: empty, with the time left to wait)."""
+    spark = storage.spark
+    records = spark.createDataFrame([], "topic string, partition int, offset long, leader_epoch int, "
+                                        "timestamp long, key binary, value binary")
+    ranges = spark.createDataFrame([], "topic string, partition int, start_offset long, end_offset long")
+    return Fetched(records, [], ranges, lambda: None, throttle_ms)
 
 
 def advance_positions(storage: Storage, consumer_id: str, ranges_df: DataFrame, now_ms: int) -> None:

@@ -13,7 +13,7 @@ from pipeline.errors import ErrorCode, ReplogError
 from pipeline.partitioner import partition_for_key
 from pipeline.schemas import ACKS_ALL, INBOX_SCHEMA
 
-__all__ = ["parse_acks", "record_rows", "records_frame"]
+__all__ = ["parse_acks", "check_client", "record_rows", "records_frame"]
 
 _ACKS = {0: 0, 1: 1, -1: ACKS_ALL, "0": 0, "1": 1, "-1": ACKS_ALL, "all": ACKS_ALL}
 _RECORD_FIELDS = {"key", "value", "partition", "producer_id", "producer_epoch", "sequence"}
@@ -24,6 +24,14 @@ def parse_acks(acks: Any) -> int:
     if isinstance(acks, bool) or not isinstance(acks, (int, str)) or acks not in _ACKS:
         raise ReplogError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be 0, 1, -1 or 'all', got {acks!r}")
     return _ACKS[acks]
+
+
+def check_client(client_id: Any, user: Any) -> tuple[str | None, str | None]:
+    """A request's sender: Kafka's client.id and the user it authenticated as (both optional)."""
+    for name, value in (("client_id", client_id), ("user", user)):
+        if value is not None and (not isinstance(value, str) or not value or value == "<default>"):
+            raise ReplogError(ErrorCode.INVALID_REQUEST, f"{name} must be a non-empty str or None, got {value!r}")
+    return client_id, user
 
 
 def _to_bytes(value: Any, field: str, index: int) -> bytes | None:
@@ -45,9 +53,10 @@ def _optional_int(record: dict, field: str, index: int) -> int | None:
 
 
 def record_rows(records: Iterable[dict], topic: str, partitions: int | None, request_id: str,
-                acks: int, now_ms: int) -> list[tuple]:
+                acks: int, now_ms: int, client: tuple[str | None, str | None] = (None, None)) -> list[tuple]:
     """Inbox rows for a list of records; keyed records go where Kafka's default partitioner puts
-    them, null keys round-robin from a random start. `partitions` is None for an unknown topic."""
+    them, null keys round-robin from a random start. `partitions` is None for an unknown topic;
+    `client`: the sender's (client id, user)."""
     rows = []
     spread = random.randrange(partitions) if partitions else 0
     for index, record in enumerate(records):
@@ -65,14 +74,14 @@ def record_rows(records: Iterable[dict], topic: str, partitions: int | None, req
             partition = partition_for_key(key, partitions) if key is not None else (spread + index) % partitions
         rows.append((request_id, index, topic, partition, key, value, acks, now_ms,
                      _optional_int(record, "producer_id", index), _optional_int(record, "producer_epoch", index),
-                     _optional_int(record, "sequence", index)))
+                     _optional_int(record, "sequence", index), *client))
     if not rows:
         raise ReplogError(ErrorCode.INVALID_RECORD, "no records to produce")
     return rows
 
 
 def records_frame(df: DataFrame, topic: str, partitions: int | None, request_id: str, acks: int,
-                  now_ms: int) -> DataFrame:
+                  now_ms: int, client: tuple[str | None, str | None] = (None, None)) -> DataFrame:
     """Inbox rows for a DataFrame of records (columns key, value, optional partition)."""
     columns = set(df.columns)
     if "value" not in columns:
@@ -104,5 +113,6 @@ def records_frame(df: DataFrame, topic: str, partitions: int | None, request_id:
         partition.alias("partition"), key.alias("key"), F.col("value").cast("binary").alias("value"),
         F.lit(acks).alias("acks"), F.lit(now_ms).alias("timestamp"),
         *[optional[c].alias(c) for c in optional],
+        F.lit(client[0]).alias("client_id"), F.lit(client[1]).alias("user"),
     )
     return out.select([F.col(f.name).cast(f.dataType) for f in INBOX_SCHEMA.fields])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, replace
 from functools import reduce
-from typing import Any
+from typing import Any, Callable
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -25,6 +25,7 @@ from pipeline import fetch_session as sessions
 from pipeline import isr as isr_rules
 from pipeline import log_start
 from pipeline import producer_state
+from pipeline import quotas
 from pipeline import replication as rules
 from pipeline.schemas import (ELECTIONS_SCHEMA, LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PARTITIONS_SCHEMA,
                               PRODUCERS_SCHEMA, REPLICA_KEY,
@@ -108,12 +109,16 @@ class RoundReport:
     incremental_fetch_partitions_cached: int = 0  # NumIncrementalFetchPartitionsCached
     fetch_session_evictions: int = 0  # this round's; IncrementalFetchSessionEvictionsPerSec in metrics
     fetch_sessions: str | None = None  # JSON: every leader's session cache and fetcher's handle after it
+    throttled_requests: int | None = 0  # produce requests left waiting for their client's quota
     # ("leader" | "follower", broker) -> bytes moved for throttled replicas (KIP-73); not a column
     throttled_bytes: dict = field(default_factory=dict, compare=False)
+    # a produce quota's sensor key -> (bytes of the requests it let through, quota); not a column
+    client_quota_bytes: dict = field(default_factory=dict, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         row = asdict(self)
         row.pop("throttled_bytes")
+        row.pop("client_quota_bytes")
         return row
 
 
@@ -155,6 +160,11 @@ class RoundInputs:
     # KIP-73 replication quotas: ("leader" | "follower", broker) -> bytes that broker may still move
     # for throttled replicas this round (absent: unlimited); see Cluster._throttle_budgets
     throttle_budgets: dict = field(default_factory=dict)
+    # client quotas (pipeline/quotas.py): (user, client_id) pairs -> their produce quota's sensor
+    # rows (Cluster._producer_sensors; None: no producer_byte_rate is configured), and the requests
+    # the last round left waiting (None: unknown, 0: none)
+    quota_sensors: Callable[[list[tuple]], list[tuple]] | None = None
+    last_throttled_requests: int | None = None
 
 
 def with_input_versions(storage: Storage, inputs: RoundInputs) -> RoundInputs:
@@ -191,6 +201,8 @@ class Carry:
     gauges: dict[str, int]  # the partition counts after the last round
     throttles: dict[int, int]  # the fetch limits the sessions cached
     state_table_rows: int  # rows in the replica_state table (the superseded ones too)
+    # produce requests waiting for their client's quota: their inbox rows and `_deferred_since`
+    deferred: DataFrame | None = None
 
     @property
     def meta(self) -> DataFrame:
@@ -713,6 +725,87 @@ def _duplicate_results(validated: DataFrame, checks: DataFrame, appended_results
     )
 
 
+STATUS_THROTTLED = "throttled"  # a produce request waiting in the inbox for its client's quota
+_SENSOR_SCHEMA = ("user string, client_id string, sensor_user string, sensor_client string, quota long, "
+                  "window_bytes long, window_ms long, throttled boolean")
+
+
+@dataclass(frozen=True)
+class QuotaStep:
+    """What the client quotas made of a round's produce requests (see _client_quotas)."""
+
+    held: DataFrame | None = None  # request_id, throttle_time_ms: requests served after waiting
+    deferred: DataFrame | None = None  # inbox rows (and _deferred_since) of requests still waiting
+    waiting_results: DataFrame | None = None  # result rows of requests that started waiting
+    recorded: dict = field(default_factory=dict)  # sensor key -> (bytes served, quota)
+    waiting: int = 0  # requests still waiting
+
+
+def _client_quotas(spark: SparkSession, inbox: DataFrame, deferred: DataFrame | None,
+                   inputs: RoundInputs) -> tuple[DataFrame, QuotaStep]:
+    """The produce requests this round serves, of its new inbox rows and those that waited, under
+    their clients' producer_byte_rate (quotas.admit_within_quota); nothing to do, and no Spark job,
+    when no produce quota is configured and nothing waits."""
+    if inputs.quota_sensors is None and deferred is None:
+        return inbox, QuotaStep()
+    now = inputs.now_ms
+    candidates = inbox.withColumn("_deferred_since", F.lit(None).cast("long"))
+    if deferred is not None:
+        candidates = candidates.unionByName(deferred)
+    candidates = candidates.localCheckpoint()
+    requests = quotas.request_bytes(candidates, rules.record_size(F.col("key"), F.col("value"))).localCheckpoint()
+    pairs = [(r["user"], r["client_id"]) for r in requests.select("user", "client_id").distinct().collect()]
+    rows = inputs.quota_sensors(pairs) if inputs.quota_sensors is not None else []  # O(clients)
+    decided = quotas.admit_within_quota(requests, spark.createDataFrame(rows, _SENSOR_SCHEMA)).localCheckpoint()
+    recorded, waiting = {}, 0
+    for r in decided.groupBy("sensor_user", "sensor_client", "quota", "admitted").agg(  # O(sensors)
+            F.sum("bytes").alias("bytes"), F.count(F.lit(1)).alias("n")).collect():
+        if not r["admitted"]:
+            waiting += r["n"]
+        elif r["sensor_user"] is not None:
+            recorded[(r["sensor_user"], r["sensor_client"])] = (int(r["bytes"]), int(r["quota"]))
+    if not waiting and deferred is None:
+        return inbox, QuotaStep(recorded=recorded)
+    admitted = decided.filter("admitted").select(
+        "request_id", (F.lit(now) - F.col("_deferred_since")).alias("throttle_time_ms"))
+    held = admitted.filter(F.col("throttle_time_ms").isNotNull()).localCheckpoint()
+    served = candidates.join(admitted.select("request_id"), on="request_id", how="left_semi").drop("_deferred_since")
+    if not waiting:
+        return served, QuotaStep(held=held, recorded=recorded)
+    left = candidates.join(decided.filter(~F.col("admitted")).select("request_id"), on="request_id", how="left_semi")
+    waiting_results = (
+        left.filter(F.col("_deferred_since").isNull())
+        .groupBy(*REQUEST_KEY, "acks").agg(F.count(F.lit(1)).alias("record_count"))
+        .select(*REQUEST_KEY, F.lit(None).cast("long").alias("base_offset"), F.lit(None).cast("long").alias("last_offset"),
+                "record_count", "acks", F.lit(STATUS_THROTTLED).alias("status"),
+                F.lit(None).cast("string").alias("error_code"), F.lit(inputs.round_id).cast("long").alias("round_id"),
+                F.lit(None).cast("long").alias("throttle_time_ms")))
+    deferred_out = left.withColumn("_deferred_since", F.coalesce("_deferred_since", F.lit(now).cast("long")))
+    return served, QuotaStep(held, pinned_without_history(deferred_out), waiting_results, recorded, waiting)
+
+
+def _deferred_requests(storage: Storage, last_waiting: int | None) -> DataFrame | None:
+    """The inbox rows of requests still waiting for their client's quota, from the tables (a new
+    process, or a dropped carry): their newest result row says throttled, and the inbox versions of
+    the round that wrote it hold their rows. None when the last round left none waiting."""
+    if not last_waiting:
+        return None
+    newest = Window.partitionBy(*REQUEST_KEY).orderBy(F.col("round_id").desc())
+    waiting = (storage.read("results").withColumn("_n", F.row_number().over(newest))
+               .filter((F.col("_n") == 1) & (F.col("status") == STATUS_THROTTLED)).select("request_id", "round_id")
+               .distinct())
+    rounds = storage.read("rounds").select(
+        "round_id", "now_ms", "inbox_version",
+        F.coalesce(F.lag("inbox_version").over(Window.orderBy("round_id")), F.lit(0)).alias("from_version"))
+    spans = waiting.join(rounds, on="round_id", how="inner").localCheckpoint()
+    bounds = spans.agg(F.min("from_version").alias("lo"), F.max("inbox_version").alias("hi")).first()
+    if bounds["lo"] is None:
+        return None
+    return (storage.read_changes("inbox", bounds["lo"], bounds["hi"]).drop("_change_type", "_commit_timestamp")
+            .join(spans.select("request_id", F.col("now_ms").alias("_deferred_since")), on="request_id", how="inner")
+            .localCheckpoint())
+
+
 def _pending_results(storage: Storage, last_pending: int | None) -> DataFrame:
     """Requests still waiting for their acks (the newest result row of each is pending); none to
     read when the last round left none pending."""
@@ -815,9 +908,11 @@ def _high_watermark(replicas: DataFrame, followers: DataFrame, isr_changed: Data
 
 
 def _results(validated: DataFrame, appended: DataFrame, pending: DataFrame, partitions_now: DataFrame,
-             checks: DataFrame, round_id: int, new_leaders: DataFrame | None = None) -> DataFrame:
+             checks: DataFrame, round_id: int, new_leaders: DataFrame | None = None,
+             held: DataFrame | None = None) -> DataFrame:
     """Result rows written this round: new appends, rejections, and pending requests answered
-    (those waiting on a partition that has a new leader fail: controller.fail_on_leader_change)."""
+    (those waiting on a partition that has a new leader fail: controller.fail_on_leader_change).
+    `held`: request_id, throttle_time_ms of requests a client quota held back (0 for the others)."""
     appended_results = (
         appended.groupBy(*REQUEST_KEY, "acks").agg(
             F.min("offset").alias("base_offset"), F.max("offset").alias("last_offset"),
@@ -832,6 +927,7 @@ def _results(validated: DataFrame, appended: DataFrame, pending: DataFrame, part
         .withColumn("status", F.lit(acks_rules.STATUS_ERROR))
     )
     appended_results = appended_results.unionByName(_duplicate_results(validated, checks, appended_results))
+    appended_results, rejected = (_with_throttle_time(appended_results, held), _with_throttle_time(rejected, held))
     failed = None
     if new_leaders is not None:
         failed = acks_rules.fail_on_leader_change(pending, new_leaders)
@@ -847,6 +943,13 @@ def _results(validated: DataFrame, appended: DataFrame, pending: DataFrame, part
         .withColumn("round_id", F.lit(round_id).cast("long"))
         .select(*RESULTS_SCHEMA.fieldNames())
     ).localCheckpoint()
+
+
+def _with_throttle_time(results: DataFrame, held: DataFrame | None) -> DataFrame:
+    if held is None:
+        return results.withColumn("throttle_time_ms", F.lit(0).cast("long"))
+    return (results.join(F.broadcast(held), on="request_id", how="left")
+            .withColumn("throttle_time_ms", F.coalesce("throttle_time_ms", F.lit(0)).cast("long")))
 
 
 def _state_rows(replicas: DataFrame, hw: DataFrame, followers: DataFrame, followers_after: DataFrame,
@@ -1069,7 +1172,7 @@ def table_versions(storage: Storage) -> tuple[int, ...]:
 def _carry_out(storage: Storage, seen: tuple[int, ...], wrote: dict[str, int], meta_rows: Keyed,
                state_rows: Keyed, isr_changed: DataFrame, state_out: DataFrame, pending_after: DataFrame,
                figures: dict[str, Any], attention: DataFrame, throttles: dict[int, int],
-               state_table_rows: int) -> Carry | None:
+               state_table_rows: int, deferred: DataFrame | None) -> Carry | None:
     """The carry for the next round, or None when another writer committed to a carried table
     during this round (its versions moved by more than this round's own commits)."""
     versions = table_versions(storage)
@@ -1079,7 +1182,7 @@ def _carry_out(storage: Storage, seen: tuple[int, ...], wrote: dict[str, int], m
     state_rows = state_rows.updated(state_out.drop("round_id"), figures["state_rows"])
     return Carry(versions, meta_rows, state_rows, pinned_without_history(pending_after),
                  pinned_without_history(attention), {g: int(figures[g]) for g in GAUGES}, dict(throttles),
-                 state_table_rows)
+                 state_table_rows, deferred)
 
 
 # A round's shuffles carry its working set, so one partition suits it (pipeline/spark.py); a round
@@ -1142,6 +1245,8 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
                                                       state_rows.all())
     watch.lap("log start requests")
     inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
+    deferred = carry.deferred if carry is not None else _deferred_requests(storage, inputs.last_throttled_requests)
+    inbox, quota = _client_quotas(spark, inbox, deferred, inputs)                # client quotas
     inbox = inbox.localCheckpoint()
     _bulk_settings(spark, inbox.count() if inbox_version > inputs.last_inbox_version else 0,
                    inputs.last_records_replicated, shuffle_partitions)
@@ -1183,7 +1288,10 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     partitions_now = _with_isr(meta, isr_changed).join(hw, on=PARTITION_KEY, how="left")   # 6. acks
     new_leaders = None if elections is None else \
         elections.filter(F.col("leader") != F.col("previous_leader")).select(*PARTITION_KEY).distinct()
-    results = _results(validated, appended, pending, partitions_now, producer_checks, round_id, new_leaders)
+    results = _results(validated, appended, pending, partitions_now, producer_checks, round_id, new_leaders,
+                       quota.held)
+    if quota.waiting_results is not None:
+        results = results.unionByName(quota.waiting_results).localCheckpoint()
     producers_out = _producer_state_rows(appended, producer_checks, round_id)
     pending_after = pending.unionByName(
         results.filter(F.col("status") == acks_rules.STATUS_PENDING).drop("round_id")
@@ -1251,6 +1359,7 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
         **{f: int(figures[f]) for f in RoundReport.__dataclass_fields__ if f in figures},
         duration_ms=int((time.perf_counter() - started) * 1000), batch_id=inputs.batch_id,
         **_session_figures(inputs, after), throttled_bytes=_throttled_bytes(figures["throttled_byte_rows"]),
+        throttled_requests=quota.waiting, client_quota_bytes=quota.recorded,
     )
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds", round_id)
     watch.lap("commit rounds row")
@@ -1263,7 +1372,8 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
              "topics": 0, "results": int(bool(figures["result_rows"])),
              "partitions": int(bool(figures["partition_changes"]))}
     carry_out = _carry_out(storage, seen, wrote, meta_rows, state_rows, isr_changed, state_out, pending_after,
-                           figures, _attention(followers, followers_after, hw), inputs.throttles, table_rows)
+                           figures, _attention(followers, followers_after, hw), inputs.throttles, table_rows,
+                           quota.deferred)
     watch.lap("carry")
     watch.stop()
     return report, carry_out
@@ -1295,7 +1405,7 @@ def idle_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, previ
         previous, round_id=inputs.round_id, now_ms=inputs.now_ms, inbox_version=inputs.last_inbox_version,
         fetch_request_partitions=0, fetch_response_partitions=0, records_appended=0, records_replicated=0,
         requests_acked=0, requests_failed=0, isr_shrinks=0, isr_expands=0, batch_id=inputs.batch_id,
-        throttled_bytes={},
+        throttled_bytes={}, client_quota_bytes={},
         duration_ms=int((time.perf_counter() - started) * 1000), **_session_figures(inputs, inputs.sessions_after))
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds",
                          inputs.round_id)

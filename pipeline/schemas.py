@@ -33,6 +33,7 @@ __all__ = [
     "CLEANER_SCHEMA",
     "CLEANER_RUNS_SCHEMA",
     "STREAM_BATCHES_SCHEMA",
+    "CLIENT_QUOTAS_SCHEMA",
     "NO_LEADER",
     "PARTITION_KEY",
     "REPLICA_KEY",
@@ -77,6 +78,9 @@ INBOX_SCHEMA = _s(
     ("producer_id", LongType(), True),
     ("producer_epoch", IntegerType(), True),
     ("sequence", IntegerType(), True),
+    # who sent it (client quotas, pipeline/quotas.py): Kafka's client.id and authenticated user
+    ("client_id", StringType(), True),
+    ("user", StringType(), True),
 )
 
 TOPICS_SCHEMA = _s(
@@ -143,6 +147,8 @@ RESULTS_SCHEMA = _s(
     ("status", StringType(), False),
     ("error_code", StringType(), True),
     ("round_id", LongType(), False),
+    # how long the client's produce quota held the request back (null: written before quotas)
+    ("throttle_time_ms", LongType(), True),
 )
 
 ROUNDS_SCHEMA = _s(
@@ -172,6 +178,7 @@ ROUNDS_SCHEMA = _s(
     ("incremental_fetch_partitions_cached", LongType(), False),
     ("fetch_session_evictions", LongType(), False),
     ("fetch_sessions", StringType(), True),  # JSON: every leader's session cache and every fetcher's handle
+    ("throttled_requests", LongType(), True),  # produce requests waiting for their client's quota
 )
 
 
@@ -326,5 +333,15 @@ CONSUMER_POSITIONS_SCHEMA = _s(
     ("session_id", IntegerType(), False),
     ("cached_high_watermark", LongType(), False),
     ("cached_log_start_offset", LongType(), False),
+    ("updated_ms", LongType(), False),
+)
+
+# client quotas (kafka-configs --entity-type users|clients): one row per entity; user / client_id
+# a name, "<default>", or null (not part of the entity); a null quota is not set
+CLIENT_QUOTAS_SCHEMA = _s(
+    ("user", StringType(), True),
+    ("client_id", StringType(), True),
+    ("producer_byte_rate", LongType(), True),
+    ("consumer_byte_rate", LongType(), True),
     ("updated_ms", LongType(), False),
 )

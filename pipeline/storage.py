@@ -76,6 +76,7 @@ CLUSTER_TABLES = {
     "cleaner": schemas.CLEANER_SCHEMA,
     "cleaner_runs": schemas.CLEANER_RUNS_SCHEMA,
     "stream_batches": schemas.STREAM_BATCHES_SCHEMA,
+    "client_quotas": schemas.CLIENT_QUOTAS_SCHEMA,
 }
 _PROPS = {
     "delta.autoOptimize.optimizeWrite": "false",

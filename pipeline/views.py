@@ -50,7 +50,8 @@ LEFT JOIN {_t(storage, 'replica_state')} l
 
 def results_sql(storage: Storage) -> str:
     return f"""
-SELECT request_id, topic, partition, base_offset, last_offset, acks, status, error_code
+SELECT request_id, topic, partition, base_offset, last_offset, acks, status, error_code,
+       CASE WHEN status = 'throttled' THEN NULL ELSE coalesce(throttle_time_ms, 0) END AS throttle_time_ms
 FROM (SELECT *, row_number() OVER (PARTITION BY request_id, topic, partition ORDER BY round_id DESC) AS _n
       FROM {_t(storage, 'results')}) WHERE _n = 1"""
 
@@ -190,7 +191,8 @@ LEFT JOIN bytes y ON y.topic = p.topic AND y.partition = p.partition"""
 def register_views(spark: SparkSession, storage: Storage, brokers: list[int], min_isr_default: int) -> None:
     """`replog.partitions`, `replog.replicas`, `replog.rounds`, `replog.produce_results`,
     `replog.committed`, `replog.metrics`, `replog.lagging_replicas`, `replog.fetch_sessions`,
-    `replog.consumer_lag`, `replog.brokers`, `replog.elections`, `replog.reassignments` in the session catalog,
+    `replog.consumer_lag`, `replog.brokers`, `replog.elections`, `replog.reassignments`,
+    `replog.client_quotas` in the session catalog,
     pointing at this cluster's tables."""
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
     views = {
@@ -206,6 +208,9 @@ def register_views(spark: SparkSession, storage: Storage, brokers: list[int], mi
         "brokers": brokers_sql(storage),
         "elections": f"SELECT * FROM {_t(storage, 'elections')}",
         "reassignments": reassignments_sql(storage, brokers),
+        # kafka-configs --describe --entity-type users|clients: '<default>' is the default entity
+        "client_quotas": f"SELECT user, client_id, producer_byte_rate, consumer_byte_rate, updated_ms "
+                         f"FROM {_t(storage, 'client_quotas')}",
     }
     for name, sql in views.items():
         spark.sql(f"CREATE OR REPLACE VIEW {DATABASE}.{name} AS {sql}")

@@ -133,3 +133,18 @@ def test_reassigning_with_kafkas_json_file_and_adding_a_broker(tmp_path):
     shown = replog("configs", "--describe", "--entity-type", "topics", "--entity-name", "t", root=root)
     assert shown.stdout.splitlines() == ["Dynamic configs for topic t are:", "  cleanup.policy=compact,delete",
                                          "  retention.ms=60000"]
+    # client quotas (kafka-configs --entity-type users|clients): a (user, client-id) entity and a
+    # default; a producer with a client id
+    quota = replog("configs", "--alter", "--entity-type", "users", "--entity-name", "alice", "--entity-type",
+                   "clients", "--entity-default", "--add-config", "producer_byte_rate=1024,consumer_byte_rate=2048",
+                   root=root)
+    assert quota.returncode == 0 and quota.stdout == "Completed updating config for user alice, client-id <default>.\n"
+    described = replog("configs", "--describe", "--entity-type", "users", "--entity-name", "alice", "--entity-type",
+                       "clients", "--entity-default", root=root)
+    assert described.stdout == ("Quota configs for user alice, client-id <default> are consumer_byte_rate=2048, "
+                                "producer_byte_rate=1024\n")
+    wrong = replog("configs", "--alter", "--entity-type", "clients", "--entity-name", "app",
+                   "--add-config", "producer_byte_rate=-5", root=root)
+    assert wrong.returncode == 1 and last_line(wrong).startswith("replog: INVALID_REQUEST: producer_byte_rate")
+    sent = replog("produce", "--topic", "t", "--client-id", "app", "--user", "alice", stdin="c\n", root=root)
+    assert sent.returncode == 0, sent.stderr

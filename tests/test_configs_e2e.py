@@ -66,7 +66,8 @@ def test_config_changes_a_user_can_get_wrong_write_nothing(spark, tmp_path):
         (lambda: cluster.alter_configs("brokers", set={"num.replica.fetchers": 0}), "INVALID_CONFIG",
          "num.replica.fetchers"),
         (lambda: cluster.alter_configs("brokers", "1", set={"message.max.bytes": 5}), "INVALID_CONFIG", "cluster-wide"),
-        (lambda: cluster.alter_configs("clients", set={}), "INVALID_CONFIG", "entity type"),
+        (lambda: cluster.alter_configs("groups", set={}), "INVALID_CONFIG", "entity type"),
+        (lambda: cluster.alter_configs("clients", set={}), "INVALID_REQUEST", "nothing to alter"),
     ]:
         with pytest.raises(ReplogError) as error:
             call()

@@ -1,0 +1,104 @@
+"""Client quotas end to end (Kafka's design 4.9): a producer over its producer_byte_rate gets a
+throttle time and its records are committed later, in order, none dropped, across a restart of
+the process; a consumer over its consumer_byte_rate is served nothing while it waits; and the
+quota changes a user can get wrong write nothing."""
+
+import pytest
+from pyspark.sql import functions as F
+
+from pipeline import Cluster, ManualClock
+from pipeline.errors import ReplogError
+from pipeline.replication import RECORD_OVERHEAD_BYTES
+
+KB = 1000 - RECORD_OVERHEAD_BYTES  # a value whose record counts exactly 1000 bytes
+
+
+def _results(cluster, ids):
+    rows = {r["request_id"]: r for r in cluster.produce_results().collect()}
+    return [(rows[i]["status"], rows[i]["base_offset"], rows[i]["throttle_time_ms"]) for i in ids]
+
+
+def test_a_producer_over_its_quota_gets_a_throttle_time_and_all_its_records_committed_later_in_order(spark, tmp_path):
+    clock = ManualClock(start_ms=0)
+    root = str(tmp_path / "c")
+    # 2 samples of 1 s: a fresh client's window is 1 s, so 1000 B/s lets 2000 bytes through at once
+    cluster = Cluster.create(spark, root, brokers=3, clock=clock, config={"quota.window.num": 2})
+    cluster.create_topic("t", partitions=2, replication_factor=3)
+    assert cluster.alter_configs("clients", "loader", set={"producer_byte_rate": 1000}) == {"producer_byte_rate": 1000}
+    loader = [cluster.produce("t", [{"value": "x" * KB, "partition": 0}], acks="all", client_id="loader")
+              for _ in range(6)]
+    free = cluster.produce("t", [{"value": "y" * 10 * KB, "partition": 1}], client_id="other")
+
+    report = cluster.run_round()  # t=0: requests 1 and 2 (the rate was at the quota before 2), then throttled
+    assert report.throttled_requests == 4
+    assert _results(cluster, loader)[2:] == [("throttled", None, None)] * 4
+    assert _results(cluster, [free]) == [("acked", 0, 0)]  # another client is not held back
+    clock.advance(500)
+    cluster.run_round()  # t=500: the 1000 ms throttle (2000 B/s over 1 s at 1000 B/s) still runs
+    assert cluster.run_round().throttled_requests == 4
+
+    # another process takes over (its quota measurements start empty, as a restarted Kafka broker's):
+    # the waiting requests come back from the tables
+    clock.advance(500)
+    cluster = Cluster.open(spark, root, clock=clock)
+    waiting = []
+    for _ in range(7):
+        waiting.append(cluster.run_round().throttled_requests)
+        clock.advance(500)
+    # t=1000: requests 3-4 (2000 bytes in a fresh 1 s window), throttled 1000 ms; t=2000: the window
+    # still holds those 2000 bytes, so request 5 alone (3000 B/s: 2000 ms); t=4000: request 6
+    assert waiting == [2, 2, 1, 1, 1, 1, 0]
+    cluster.run_round()  # acks=all: the HW passes request 6 a round after its append
+    assert _results(cluster, loader) == [("acked", 0, 0), ("acked", 1, 0), ("acked", 2, 1000), ("acked", 3, 1000),
+                                         ("acked", 4, 2000), ("acked", 5, 4000)]
+    offsets = cluster.read("t", partition=0).orderBy("offset").select("offset", F.length("value").alias("n")).collect()
+    assert [(r["offset"], r["n"]) for r in offsets] == [(i, KB) for i in range(6)]  # once each, in order
+
+
+def test_a_consumer_over_its_quota_is_served_nothing_until_its_throttle_has_passed(spark, tmp_path):
+    clock = ManualClock(start_ms=0)
+    cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=1, clock=clock, config={"quota.window.num": 2})
+    cluster.create_topic("t", partitions=1, replication_factor=1)
+    cluster.alter_client_quotas({"user": None}, {"consumer_byte_rate": 1000})  # every user's default
+    cluster.produce("t", [{"value": "x" * KB}] * 3)
+    cluster.run_round()
+
+    first = cluster.read_incremental("c1", "t", user="alice")
+    # 3000 bytes over a 1 s window: 3000 B/s, throttled (3000-1000)/1000 x 1000 ms
+    assert first.count() == 3 and cluster.fetch_throttle_time_ms("c1") == 2000
+    cluster.produce("t", [{"value": "y"}])
+    cluster.run_round()
+    clock.advance(1500)
+    assert cluster.read_incremental("c1", "t", user="alice").count() == 0  # waits 500 ms more, nothing moved
+    assert cluster.fetch_throttle_time_ms("c1") == 500
+    assert cluster.read_incremental("c2", "t", user="bob").count() == 4  # bob's default quota is his own
+    clock.advance(500)
+    after = cluster.read_incremental("c1", "t", user="alice").collect()
+    assert [r["offset"] for r in after] == [3] and cluster.fetch_throttle_time_ms("c1") == 0
+
+
+def test_client_quota_changes_a_user_can_get_wrong_write_nothing(spark, tmp_path):
+    cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=1, clock=ManualClock(start_ms=0))
+    cluster.create_topic("t", partitions=1, replication_factor=1)
+    cluster.alter_client_quotas({"user": "alice", "client-id": None}, {"producer_byte_rate": 5000})
+    versions = (cluster.storage.version("client_quotas"), cluster.storage.version("inbox"))
+    for call, words in [
+        (lambda: cluster.alter_client_quotas({"user": "alice"}, {"producer_byte_rate": 0}), "> 0"),
+        (lambda: cluster.alter_client_quotas({"team": "a"}, {"producer_byte_rate": 10}), "entity"),
+        (lambda: cluster.alter_configs("clients", "app", set={"request_percentage": 10}), "unknown"),
+        (lambda: cluster.alter_configs("users", "", set={"producer_byte_rate": 10}), "user"),
+        (lambda: cluster.produce("t", [{"value": "v"}], client_id=""), "client_id"),
+        (lambda: cluster.produce("t", [{"value": "v"}], user=7), "user"),
+        (lambda: cluster.read_incremental("c", "t", client_id=3), "client_id"),
+    ]:
+        with pytest.raises(ReplogError) as e:
+            call()
+        assert e.value.code == "INVALID_REQUEST" and words in str(e.value)
+    assert (cluster.storage.version("client_quotas"), cluster.storage.version("inbox")) == versions
+    assert cluster.describe_client_quotas() == [
+        {"entity": {"user": "alice", "client-id": None}, "quotas": {"producer_byte_rate": 5000}}]
+    assert cluster.describe_configs("users", "alice") == {}  # (alice) is another entity than (alice, default)
+    cluster.alter_client_quotas({"user": "alice", "client-id": None}, delete=["producer_byte_rate"])
+    assert cluster.describe_client_quotas() == []
+    cluster.run_round()  # still usable
+    assert cluster.spark.sql("SELECT count(*) FROM replog.client_quotas").first()[0] == 0
