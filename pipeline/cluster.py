@@ -110,9 +110,6 @@ class Cluster:
         storage.ensure_columns("replica_state")
         storage.ensure_columns("partitions")  # ... before reassignments
         storage.ensure_columns("admin")
-        storage.ensure("client_quotas")  # ... before client quotas
-        for table in ("inbox", "results", "rounds"):
-            storage.ensure_columns(table)
         views.register_views(spark, storage, brokers, config["min.insync.replicas"])
 
     # -- factories ---------------------------------------------------------------------------
@@ -153,6 +150,9 @@ class Cluster:
                                   f"the cluster at {storage.root} has lost its '{table}' table ({storage.path(table)} "
                                   "is not a Delta table): restore it from a backup or Delta's history")
         brokers = sorted(r["broker"] for r in storage.read("brokers").select("broker").collect())
+        storage.ensure("client_quotas")  # a root made before client quotas
+        for table in ("inbox", "results", "rounds"):
+            storage.ensure_columns(table)
         cluster = cls(spark, storage, clock or SystemClock(), with_defaults(json.loads(row["config"])), brokers)
         # no round runs while no process has the cluster open: this process's first round (re)starts
         # the brokers, and the leaders reset their followers' fetch state
