@@ -95,14 +95,15 @@ def _clean(cluster: Any) -> None:
 
 
 def run_available_now(cluster: Any, max_stalled: int) -> int:
-    """Rounds until quiet (nothing pending, every partition settled) or stalled; the round count."""
+    """Rounds until quiet (nothing pending or waiting for a client quota, every partition settled) or
+    stalled; the round count."""
     stalled, rounds = 0, 0
     while True:
         report = cluster.run_round()
         rounds += 1
         LOG.info(_progress(report))
         _clean(cluster)
-        if report.pending_requests == 0 and report.active_partitions == 0:
+        if report.pending_requests == 0 and report.active_partitions == 0 and not report.throttled_requests:
             return rounds
         moved = (report.records_appended or report.records_replicated or report.requests_acked
                  or report.requests_failed or report.isr_shrinks or report.isr_expands)

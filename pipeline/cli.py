@@ -168,13 +168,15 @@ def cmd_run(args: argparse.Namespace) -> None:
     for done in range(1, limit + 1):
         report = cluster.run_round()
         print(_progress(report, done, total), file=sys.stderr)
-        if args.until_committed and report.pending_requests == 0 and report.active_partitions == 0:
+        if (args.until_committed and report.pending_requests == 0 and report.active_partitions == 0
+                and not report.throttled_requests):  # requests waiting for a client quota are not committed yet
             print(f"Committed: nothing pending after {done} rounds.")
             return
     if args.until_committed:
         raise ReplogError(ErrorCode.REQUEST_TIMED_OUT,
-                          f"still {report.pending_requests} requests pending and {report.active_partitions} "
-                          f"partitions active after {limit} rounds")
+                          f"still {report.pending_requests} requests pending, {report.throttled_requests or 0} "
+                          f"waiting for a client quota and {report.active_partitions} partitions active after "
+                          f"{limit} rounds")
     print(f"Ran {limit} rounds.")
 
 
