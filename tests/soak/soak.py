@@ -6,8 +6,10 @@ Events: produce with acks 0, 1 or all; idempotent batches and their retries; rou
 (past replica.lag.time.max.ms and broker.session.timeout.ms); pause, resume and throttle of a
 broker's fetcher; a broker crash and restart; the loss of a stopped broker's log directory; a round
 killed after a random one of its commits and run again (recovery); preferred leader elections;
-delete_records; topic creation; reassignments (KIP-455) of a partition to 2 or 3 of the brokers. Topic "unclean" allows unclean leader election (the checker does
-not hold it to the guarantees that election gives up).
+delete_records; topic creation; reassignments (KIP-455) of a partition to 2 or 3 of the brokers;
+a producer_byte_rate on the client id every produce carries, set, changed or removed (requests wait
+for it in the inbox; healing removes it). Topic "unclean" allows unclean leader election (the
+checker does not hold it to the guarantees that election gives up).
 
     python -m tests.soak.run --seed 7 --events 300        (make soak SEED=7 EVENTS=300)
 
@@ -38,8 +40,9 @@ class Crash(Exception):
 WEIGHTS = {
     "produce": 6, "idempotent": 3, "round": 8, "wait": 2, "pause": 1, "resume": 2, "throttle": 1,
     "unthrottle": 1, "stop": 1, "start": 2, "lose_disk": 1, "crash_round": 2, "preferred": 1,
-    "delete_records": 1, "create_topic": 1, "read": 2, "reassign": 1,
+    "delete_records": 1, "create_topic": 1, "read": 2, "reassign": 1, "quota": 1,
 }
+CLIENT_ID = "soak"
 
 
 class Soak:
@@ -63,6 +66,7 @@ class Soak:
         self.throttled: set[int] = set()
         self.producers: dict[int, dict] = {}  # partition of "clean" -> producer id, next sequence, last batch
         self.rounds = 0
+        self.quota_rate: int | None = None  # the client's producer_byte_rate
 
     # -- helpers -----------------------------------------------------------------------------
     def _value(self) -> str:
@@ -91,7 +95,7 @@ class Soak:
         acks = self.rng.choice([0, 1, "all"])
         records = [{"value": self._value(), "partition": self.rng.randrange(self.topics[topic])}
                    for _ in range(self.rng.randint(1, 4))]
-        rid = self.cluster.produce(topic, records, acks=acks)
+        rid = self.cluster.produce(topic, records, acks=acks, client_id=CLIENT_ID)
         self.expected.requests[rid] = (topic, ACKS[acks], [(r["partition"], r["value"]) for r in records])
         self._note(f"produce {topic} acks={acks} {[(r['partition'], r['value']) for r in records]} -> {rid[:8]}")
 
@@ -107,7 +111,7 @@ class Soak:
             values, kind = [self._value() for _ in range(self.rng.randint(1, 3))], "batch"
         records = [{"value": v, "partition": partition, "producer_id": p["id"], "producer_epoch": 0,
                     "sequence": base + i} for i, v in enumerate(values)]
-        rid = self.cluster.produce("clean", records, acks="all")
+        rid = self.cluster.produce("clean", records, acks="all", client_id=CLIENT_ID)
         self.expected.requests[rid] = ("clean", -1, [(partition, v) for v in values])
         p["seq"] = max(p["seq"], base + len(values))
         p["last"] = (rid, values, base)
@@ -203,6 +207,15 @@ class Soak:
         self.cluster.reassign_partitions({(topic, partition): target})
         self._note(f"reassign {topic}-{partition} to {target}")
 
+    def quota(self) -> None:
+        rate = self.rng.choice([None, 100, 400, 2000])
+        if rate is not None:
+            self.cluster.alter_client_quotas({"client-id": CLIENT_ID}, {"producer_byte_rate": rate})
+        elif self.quota_rate is not None:
+            self.cluster.alter_client_quotas({"client-id": CLIENT_ID}, delete=["producer_byte_rate"])
+        self.quota_rate = rate
+        self._note(f"producer_byte_rate of client {CLIENT_ID}: {rate}")
+
     def delete_records(self) -> None:
         topic = self.rng.choice(sorted(self.topics))
         partition = self.rng.randrange(self.topics[topic])
@@ -239,12 +252,14 @@ class Soak:
             self.cluster.throttle_fetcher(b, max_bytes_per_round=None)
         for b in sorted(self.stopped):
             self.cluster.start_broker(b)
-        self.paused, self.throttled, self.stopped, self.lost = set(), set(), set(), set()
-        self._note("heal: fetchers resumed and unthrottled, brokers started")
+        if self.quota_rate is not None:
+            self.cluster.alter_client_quotas({"client-id": CLIENT_ID}, delete=["producer_byte_rate"])
+        self.paused, self.throttled, self.stopped, self.lost, self.quota_rate = set(), set(), set(), set(), None
+        self._note("heal: fetchers resumed and unthrottled, brokers started, the client quota removed")
         for _ in range(max_rounds):
             self._round()
             report = self.cluster._last_report
-            if report.pending_requests == 0 and report.active_partitions == 0:
+            if report.pending_requests == 0 and report.active_partitions == 0 and not report.throttled_requests:
                 break
         self.checker.check_settled(self.checker.snapshot())
 
