@@ -161,7 +161,7 @@ class RoundInputs:
     # for throttled replicas this round (absent: unlimited); see Cluster._throttle_budgets
     throttle_budgets: dict = field(default_factory=dict)
     # client quotas (pipeline/quotas.py): (user, client_id) pairs -> their produce quota's sensor
-    # rows (Cluster._producer_sensors; None: no producer_byte_rate is configured), and the requests
+    # rows (Cluster._quota_sensors; None: no producer_byte_rate is configured), and the requests
     # the last round left waiting (None: unknown, 0: none)
     quota_sensors: Callable[[list[tuple]], list[tuple]] | None = None
     last_throttled_requests: int | None = None
