@@ -11,7 +11,11 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from pipeline.jvm_lookups import remember_jvm_lookups
+
 __all__ = ["get_spark", "delta_jars", "SparkSetupError"]
+
+remember_jvm_lookups()  # every process that imports the pipeline: see jvm_lookups.py
 
 JARS_DIR = Path(__file__).resolve().parent.parent / ".cache" / "jars"
 DELTA_CONFS = {
