@@ -15,7 +15,14 @@ checkpoint. (SIGTERM to the spark-submit JVM stops Spark at once, possibly mid-r
 until `--max-stalled-rounds` rounds in a row change nothing (a stuck follower, say), then exit 0:
 what a scheduled Airflow task wants.
 
-Exit codes: 0 done, 1 the cluster or Spark could not be opened, 2 bad arguments or configuration.
+One job per root: a job takes ROOT/.replicate.lock for its life, and a second job started on the
+root is refused at once with REPLICATION_JOB_RUNNING (pipeline/job_lock.py). Any other writer that
+runs rounds takes the replication lease over, and this job's next round then fails with
+FENCED_INSTANCE_ID.
+
+Exit codes: 0 done, 1 the cluster or Spark could not be opened or another job runs on the root,
+2 bad arguments or configuration, 3 a round failed with one of replog's errors (printed, e.g.
+FENCED_INSTANCE_ID or KAFKA_STORAGE_ERROR; such a round writes nothing).
 """
 
 from __future__ import annotations
@@ -115,7 +122,8 @@ def run_available_now(cluster: Any, max_stalled: int) -> int:
 
 
 def run_streaming(spark: Any, cluster: Any, interval_ms: int, checkpoint: str) -> None:
-    """One round per micro-batch until SIGTERM/SIGINT; the stop waits for the round in progress."""
+    """One round per micro-batch until SIGTERM/SIGINT; the stop waits for the round in progress. A
+    round that fails stops the query, and its error is raised here."""
     from pyspark.sql.streaming import StreamingQueryListener
 
     class Progress(StreamingQueryListener):
@@ -140,6 +148,8 @@ def run_streaming(spark: Any, cluster: Any, interval_ms: int, checkpoint: str) -
     resuming = cluster.storage.path_exists(checkpoint.rstrip("/") + "/commits")
     done_through = cluster.last_batch_id() if resuming else None
 
+    failures: list[BaseException] = []
+
     def one_round(_batch: Any, batch_id: int) -> None:
         with in_round:
             if stopping.is_set():
@@ -147,8 +157,12 @@ def run_streaming(spark: Any, cluster: Any, interval_ms: int, checkpoint: str) -
             if done_through is not None and batch_id <= done_through:
                 LOG.info("batch %d: its round already ran before the restart; skipped", batch_id)
                 return
-            LOG.info("batch %d: %s", batch_id, _progress(cluster.run_round(batch_id=batch_id)))
-            _clean(cluster)
+            try:
+                LOG.info("batch %d: %s", batch_id, _progress(cluster.run_round(batch_id=batch_id)))
+                _clean(cluster)
+            except BaseException as err:  # the query stops with it; main() prints it and exits 3
+                failures.append(err)
+                raise
 
     spark.streams.addListener(Progress())
     query = (
@@ -165,11 +179,18 @@ def run_streaming(spark: Any, cluster: Any, interval_ms: int, checkpoint: str) -
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     LOG.info("replicating every %d ms; SIGTERM to pid %d stops after the current round", interval_ms, os.getpid())
+    from pyspark.errors import StreamingQueryException
     while query.isActive and not stopping.is_set():
-        query.awaitTermination(0.2)
+        try:
+            query.awaitTermination(0.2)
+        except StreamingQueryException:
+            if not failures:  # not a round's error (those are raised below, as they were raised)
+                raise
     with in_round:  # the round in progress finishes first; later batches do nothing
         stopping.set()
     query.stop()
+    if failures:
+        raise failures[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,24 +210,33 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from pipeline import Cluster, get_spark
+    from pipeline.job_lock import hold_job_lock
     from pipeline.spark import SparkSetupError
 
     try:
+        lock = hold_job_lock(args.root)  # before Spark starts: a refused job costs nothing
         spark = get_spark(app_name="replog-replicate")
         cluster = Cluster.open(spark, args.root)
     except (ReplogError, SparkSetupError) as err:
         print(f"replicate: {err}", file=sys.stderr)
         return 1
-    if args.available_now:
-        rounds = run_available_now(cluster, args.max_stalled_rounds)
-        LOG.info("available-now: %d rounds", rounds)
+    try:
+        if args.available_now:
+            rounds = run_available_now(cluster, args.max_stalled_rounds)
+            LOG.info("available-now: %d rounds", rounds)
+            return 0
+        if interval_ms is None:
+            key = "replica.fetch.wait.max.ms"
+            interval_ms = int(overrides[key]) if key in overrides else cluster.config.get(key, file_config[key])
+        checkpoint = args.checkpoint or cluster.storage.join("checkpoints", "replicate")
+        run_streaming(spark, cluster, interval_ms, checkpoint)
         return 0
-    if interval_ms is None:
-        key = "replica.fetch.wait.max.ms"
-        interval_ms = int(overrides[key]) if key in overrides else cluster.config.get(key, file_config[key])
-    checkpoint = args.checkpoint or cluster.storage.join("checkpoints", "replicate")
-    run_streaming(spark, cluster, interval_ms, checkpoint)
-    return 0
+    except ReplogError as err:
+        print(f"replicate: round failed: {err}", file=sys.stderr)
+        return 3
+    finally:
+        if lock is not None:
+            lock.close()
 
 
 if __name__ == "__main__":

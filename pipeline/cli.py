@@ -162,7 +162,16 @@ def _progress(report: Any, done: int, total: int | None) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> None:
-    cluster = _open(args)
+    from pipeline.job_lock import hold_job_lock
+    lock = hold_job_lock(args.root)  # one job per root: a second is refused before Spark starts
+    try:
+        _run_rounds(args, _open(args))
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+def _run_rounds(args: argparse.Namespace, cluster: Any) -> None:
     total = args.rounds if args.rounds else None
     limit = args.rounds or args.max_rounds
     for done in range(1, limit + 1):

@@ -103,6 +103,17 @@ def test_errors_are_one_line_and_exit_non_zero(tmp_path):
     no_root = replog("brokers", root=None)
     assert no_root.returncode == 2 and "--root is required" in no_root.stderr
 
+    # a replication job holds the root (its lock, not a real job: refused before Spark starts)
+    from pipeline.job_lock import hold_job_lock
+    (tmp_path / "cluster").mkdir()
+    held = hold_job_lock(str(tmp_path))
+    try:
+        second = replog("run", "--until-committed", "--root", str(tmp_path))
+    finally:
+        held.close()
+    assert second.returncode == 1
+    assert last_line(second).startswith("replog: REPLICATION_JOB_RUNNING: a replication job already runs on ")
+
 
 def test_reassigning_with_kafkas_json_file_and_adding_a_broker(tmp_path):
     root = str(tmp_path / "cluster")

@@ -228,3 +228,46 @@ def test_a_job_killed_mid_round_loses_and_duplicates_nothing_after_restart(spark
         batch = requests.index(request)
         assert [by_offset[(partition, o)] for o in range(base, last + 1)] == \
             [f"{batch}-{i}" for i in range(30) if i % 3 == partition]
+
+
+@pytest.mark.integration
+def test_a_second_job_on_one_root_is_refused_and_a_job_another_writer_fenced_exits_3(spark, tmp_path):
+    """Two jobs on one root: the second is refused at start (REPLICATION_JOB_RUNNING, naming the
+    first's pid) and writes nothing. A writer that runs rounds through the API takes the lease
+    over; the job's next round fails with FENCED_INSTANCE_ID and the job exits 3."""
+    root = tmp_path / "cluster"
+    cluster = Cluster.create(spark, str(root), brokers=1)
+    cluster.create_topic("t", partitions=1, replication_factor=1)
+    job_log = tmp_path / "job.log"
+    first = subprocess.Popen([SPARK_SUBMIT, "--master", "local[2]", "--properties-file", "conf/spark-defaults.conf",
+                              str(REPO / "jobs" / "replicate.py"), "--root", str(root), "--trigger-interval", "1s"],
+                             stdout=job_log.open("w"), stderr=subprocess.STDOUT, env=job_env(), cwd=REPO)
+    try:
+        deadline = time.monotonic() + 300
+        while not re.search(r"batch \d+: round", job_log.read_text()):
+            assert first.poll() is None, job_log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the first job ran no round within 300 s"
+            time.sleep(1)
+        driver = re.search(r"SIGTERM to pid (\d+)", job_log.read_text()).group(1)
+        versions = {t: cluster.storage.version(t) for t in ("rounds", "lease", "replica_state")}
+        rounds_before = cluster.rounds().count()
+
+        second = submit("--root", str(root), "--available-now", timeout=300)
+        said = second.stdout + second.stderr
+        assert second.returncode == 1, said[-3000:]
+        assert "REPLICATION_JOB_RUNNING" in said and f"pid {driver} " in said
+        assert cluster.storage.version("lease") == versions["lease"]  # the second took nothing over
+        assert first.poll() is None  # and the first goes on
+
+        writer = Cluster.open(spark, str(root))
+        request = writer.produce("t", [{"value": "v"}], acks=1)
+        writer.run_round()  # takes the replication lease over, and appends the request
+        first.wait(timeout=120)
+        out = job_log.read_text()
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 3, out[-3000:]
+    assert "replicate: round failed: FENCED_INSTANCE_ID" in out
+    assert writer.rounds().count() > rounds_before
+    assert writer.produce_results().filter(f"request_id = '{request}'").first()["status"] == "acked"
