@@ -42,6 +42,15 @@ def _is_under_min_isr(isr: Column, min_isr: Column) -> Column:
     return F.size(isr) < min_isr
 
 
+def _producer_fields_agree() -> Column:
+    """An idempotent record has a producer id, epoch and sequence >= 0 (Kafka's LogValidator refuses
+    a client batch with a producer id and a negative sequence); any other has none of the three (a
+    Kafka batch has no epoch or sequence without a producer id)."""
+    pid, epoch, sequence = F.col("producer_id"), F.col("producer_epoch"), F.col("sequence")
+    return F.when(pid.isNull(), epoch.isNull() & sequence.isNull()).otherwise(
+        (pid >= 0) & F.coalesce(epoch >= 0, F.lit(False)) & F.coalesce(sequence >= 0, F.lit(False)))
+
+
 def validate_produce_requests(inbox_df: DataFrame, partitions_df: DataFrame) -> DataFrame:
     """Adds `error_code` per inbox row: the leader's checks on a produce request, per partition.
 
@@ -60,6 +69,7 @@ def validate_produce_requests(inbox_df: DataFrame, partitions_df: DataFrame) -> 
               F.lit(ErrorCode.MESSAGE_TOO_LARGE))
         # Kafka's LogValidator: a compacted topic cannot accept a record without a key
         .when(F.col("compact") & F.col("key").isNull(), F.lit(ErrorCode.INVALID_RECORD))
+        .when(~_producer_fields_agree(), F.lit(ErrorCode.INVALID_RECORD))
     )
     per_request = Window.partitionBy("request_id", "topic", "partition")
     return joined.withColumn("error_code", F.first(row_error, ignorenulls=True).over(per_request))

@@ -154,3 +154,20 @@ def test_reads_of_unknown_topic_or_partition(cluster):
         cluster.describe("nope")
     with pytest.raises(ValueError, match="isolation"):
         cluster.read("t", isolation="dirty")
+
+
+def test_a_10_mb_request_of_tiny_records_is_appended_whole(spark, tmp_path):
+    """message.max.bytes (Kafka's default 1048588) bounds a record, not a request: a 10 MB produce of
+    one-byte values (what a Kafka producer sends as many batches) is appended in one round, each
+    record once, at offsets 0..n-1."""
+    from pipeline.replication import RECORD_OVERHEAD_BYTES
+    cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=1, clock=ManualClock(0))
+    cluster.create_topic("tiny", partitions=1, replication_factor=1)
+    n = 10 * 1024 * 1024 // (1 + RECORD_OVERHEAD_BYTES)  # 476,625 records of 22 bytes each
+    request = cluster.produce("tiny", spark.range(n).selectExpr("cast(id % 10 AS string) AS value"), acks=1)
+    cluster.run_round()
+    result = cluster.produce_results().filter(f"request_id = '{request}'").first()
+    assert (result["status"], result["error_code"], result["base_offset"], result["last_offset"]) == \
+        ("acked", None, 0, n - 1)
+    log = cluster.read("tiny", isolation="read_uncommitted")
+    assert log.selectExpr("count(*)", "count(DISTINCT offset)", "min(offset)", "max(offset)").first() == (n, n, 0, n - 1)

@@ -86,6 +86,19 @@ def test_a_compacted_topic_refuses_a_record_without_a_key_with_invalid_record(sp
                        ignore_row_order=True, ignore_nullable=True)
 
 
+def test_producer_id_epoch_and_sequence_come_together_or_not_at_all(spark):
+    # Kafka's LogValidator: a client batch with a producer id and a negative sequence is an
+    # INVALID_RECORD; an epoch or sequence without a producer id is one here too
+    meta = spark.createDataFrame([("t", 0, 0, 1, [0], 1, 100, False)], META_COLS)
+    fields = {"ok": (7, 0, 0), "none": (None, None, None), "no-seq": (7, 0, None), "negative-seq": (7, 0, -1),
+              "no-epoch": (7, None, 0), "no-pid": (None, 0, 0), "seq-only": (None, None, 3), "negative-pid": (-1, 0, 0)}
+    rows = [(r, 0, "t", 0, None, b"v", 1, 0, *f, 1) for r, f in fields.items()]
+    result = validate_produce_requests(spark.createDataFrame(rows, INBOX_COLS), meta).select("request_id", "error_code")
+    expected = [(r, None if r in ("ok", "none") else "INVALID_RECORD") for r in fields]
+    assert_df_equality(result, spark.createDataFrame(expected, "request_id string, error_code string"),
+                       ignore_row_order=True, ignore_nullable=True)
+
+
 def test_assign_offsets_from_leader_leo_in_produce_order(spark):
     rows = [("r2", 0, "t", 0, b"c", 1, 2), ("r1", 0, "t", 0, b"a", 1, 1), ("r1", 1, "t", 0, b"b", 1, 1),
             ("r1", 2, "t", 1, b"x", 1, 1)]
