@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from pipeline import schemas
+from pipeline.errors import ErrorCode, ReplogError
 
 __all__ = ["Storage", "TXN_APP_ID", "RECOVERY_APP_ID", "is_uri", "parse_tag", "current_rows", "current_rows_sql"]
 
@@ -87,6 +88,31 @@ _STATE_PROPS = {**_PROPS, "delta.enableDeletionVectors": "true"}
 
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
+# what a local or Hadoop file system says when it refuses a write (read-only, full, permissions)
+_IO_FAILURE = re.compile(r"(java\.io\.\w*(?:IOException|FileNotFoundException)|java\.nio\.file\.\w+Exception"
+                         r"|org\.apache\.hadoop\.security\.AccessControlException): ([^\n]*)")
+_LOG_PATH = re.compile(r"/brokers/(\d+)/log/?$")
+
+
+@contextmanager
+def unwritable_error(path: str) -> Iterator[None]:
+    """A write to `path` that the file system refuses (a read-only directory, a full disk, missing
+    permissions) raises KAFKA_STORAGE_ERROR, Kafka's error for a log directory that failed, naming
+    the broker's log (or the table) and what the file system said. A round's commits that landed
+    before it are undone by the next round (recovery.py) once the directory can be written."""
+    from py4j.protocol import Py4JJavaError
+    try:
+        yield
+    except Py4JJavaError as err:
+        found = _IO_FAILURE.search(str(err))
+        if found is None:
+            raise
+        log = _LOG_PATH.search(path.rstrip("/"))
+        what = f"the log of broker {log.group(1)}" if log else "the table"
+        raise ReplogError(ErrorCode.KAFKA_STORAGE_ERROR,
+                          f"{what} at {path} cannot be written: {found.group(2).strip()} ({found.group(1)}). "
+                          "Make the directory writable (or free space); the next round then completes this "
+                          "one, losing nothing.") from None
 
 
 def is_uri(root: str) -> bool:
@@ -248,13 +274,16 @@ class Storage:
 
     # -- writes ------------------------------------------------------------------------------
     def append(self, df: DataFrame, path: str, round_id: int | None = None, step: str = "") -> None:
-        """Append; with a round id, the commit is tagged with it (see `commit_tag`)."""
+        """Append; with a round id, the commit is tagged with it (see `commit_tag`). A write the
+        file system refuses raises KAFKA_STORAGE_ERROR (unwritable_error)."""
         writer = df.write.format("delta").mode("append")
         if round_id is None:
-            writer.save(path)
+            with unwritable_error(path):
+                writer.save(path)
             return
         with self._round_commit(path, step):
-            writer.option("userMetadata", commit_tag(round_id, step, self.round_inputs)).save(path)
+            with unwritable_error(path):
+                writer.option("userMetadata", commit_tag(round_id, step, self.round_inputs)).save(path)
 
     def append_table(self, df: DataFrame, table: str, round_id: int | None = None) -> None:
         self.append(df, self.path(table), round_id)

@@ -1,9 +1,12 @@
 """Bad storage: a lost cluster table, a broker log that is not a Delta table or has a foreign
-schema, a write that fails mid-round (a full disk), and two producers writing the inbox at once.
+schema, a write that fails mid-round (a full disk), a read-only log directory, and two producers
+writing the inbox at once.
 Each fails with a clear error (KAFKA_STORAGE_ERROR where it is Kafka's failed log dir) and writes
 nothing; after the fault heals the cluster goes on with nothing lost or doubled."""
 
+import os
 import shutil
+import subprocess
 import threading
 
 import pytest
@@ -134,3 +137,38 @@ def test_two_producers_writing_the_inbox_at_once_lose_nothing(spark, setup, tmp_
     values = [v for _, _, v in _values(replicator, 0)]
     assert sorted(v for v in values if v.startswith("p")) == sorted(f"p{i}-{n}" for i in range(2) for n in range(6))
     assert replicator.storage.read("inbox").filter(F.col("value").cast("string").startswith("p")).count() == 12
+
+
+def _read_only(directory, on: bool) -> None:
+    """Makes a directory tree read-only (or writable again): chmod for a user, and for root (whom
+    permissions do not stop) the immutable attribute."""
+    dirs = [directory] + [p for p in directory.rglob("*") if p.is_dir()]
+    if os.geteuid() != 0:
+        for d in dirs:
+            d.chmod(0o555 if on else 0o755)
+        return
+    subprocess.run(["chattr", "+i" if on else "-i", *map(str, dirs)], check=True, capture_output=True)
+
+
+def test_a_read_only_log_directory_fails_the_round_then_heals_losing_and_doubling_nothing(spark, setup, tmp_path):
+    cluster, clock = setup
+    copy = tmp_path / "copy"
+    shutil.copytree(cluster.storage.root, copy)
+    other = Cluster.open(spark, str(copy), clock=ManualClock(start_ms=clock.now_ms()))
+    requests = [other.produce("t", [{"value": f"r{p}", "partition": p}], acks="all") for p in range(2)]
+    log_dir = copy / "brokers" / "2" / "log"
+    _read_only(log_dir, True)
+    try:
+        probe = log_dir / "_delta_log" / "probe"
+        with pytest.raises(OSError):
+            probe.write_text("")  # the directory really is read-only to this process
+        with pytest.raises(ReplogError, match="broker 2") as err:
+            other.run_round()
+    finally:
+        _read_only(log_dir, False)  # the fault heals
+    assert err.value.code == "KAFKA_STORAGE_ERROR" and str(log_dir) in str(err.value)
+    _rounds(other, other.clock, 3)
+    statuses = _statuses(other)
+    assert [statuses[r] for r in requests] == ["acked", "acked"]
+    expected = sorted(_values(cluster, 0) + [(0, 2, "r0"), (1, 2, "r1")])
+    assert _values(other, 0) == _values(other, 1) == _values(other, 2) == expected
