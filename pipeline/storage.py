@@ -323,9 +323,11 @@ class Storage:
     @contextmanager
     def _tagged(self, round_id: int | None, path: str, step: str = "") -> Iterator[None]:
         if round_id is None:
-            yield
+            with unwritable_error(path):
+                yield
             return
-        with self._round_commit(path, step), self._metadata(commit_tag(round_id, step, self.round_inputs)):
+        with self._round_commit(path, step), self._metadata(commit_tag(round_id, step, self.round_inputs)), \
+                unwritable_error(path):
             yield
 
     def upsert(self, df: DataFrame, table: str, keys: list[str], round_id: int | None = None) -> None:
