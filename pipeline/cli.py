@@ -318,8 +318,9 @@ def cmd_reassign(args: argparse.Namespace) -> None:
         print(f"Started the reassignment of {len(mapping)} partitions (the next round applies it).")
         return
     progress = {(r["topic"], r["partition"]): r for r in cluster.reassignments().collect()}  # O(reassigning)
-    current = {(r["topic"], r["partition"]): r["replicas"] for r in cluster.describe().collect()
-               if (r["topic"], r["partition"]) in mapping}
+    asked = cluster.spark.createDataFrame(sorted(mapping), "topic string, partition int")
+    current = {(r["topic"], r["partition"]): r["replicas"]  # O(partitions in the file), filtered in Spark
+               for r in cluster.describe().join(asked, on=["topic", "partition"], how="left_semi").collect()}
     print("Status of partition reassignment:")
     for (topic, partition), target in sorted(mapping.items()):
         row = progress.get((topic, partition))
