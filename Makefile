@@ -15,12 +15,14 @@ test: setup
 test-integration: setup
 	$(PY) -m pytest -m integration
 
-# the fault-injection soak (tests/soak/): SEEDS seeds from SEED, EVENTS events each
+# the fault-injection soak (tests/soak/): SEEDS seeds from SEED, EVENTS events each; a failing
+# history is minimized with at most MAX_REPLAYS replays and saved; REPLAY=file replays a saved one
 SEED ?= 1
 SEEDS ?= 1
 EVENTS ?= 300
+MAX_REPLAYS ?= 150
 soak: setup
-	$(PY) -m tests.soak.run --seed $(SEED) --seeds $(SEEDS) --events $(EVENTS)
+	$(PY) -m tests.soak.run $(if $(REPLAY),--replay $(REPLAY),--seed $(SEED) --seeds $(SEEDS) --events $(EVENTS) --max-replays $(MAX_REPLAYS))
 
 demo: setup
 	$(PY) jobs/demo.py --root $(ROOT)

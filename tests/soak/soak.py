@@ -13,8 +13,11 @@ checker does not hold it to the guarantees that election gives up).
 
     python -m tests.soak.run --seed 7 --events 300        (make soak SEED=7 EVENTS=300)
 
-A violation raises with the seed and the event history up to it. The cluster's own randomness
-(fetch session ids) is not seeded, so a seed replays the same events, not always the same ids.
+Every event is recorded with its parameters ([name, params], `Soak.events`), so a history, or any
+subset of it, replays on a fresh cluster (`Soak.replay`). A violation raises with the seed, the
+event history up to it and the recorded events; run.py then minimizes them (shrink.py). The
+cluster's own randomness (fetch session ids) is not seeded, so a seed replays the same events, not
+always the same ids.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class Soak:
         self.expected = Expected(unclean_topics={"unclean"})
         self.checker = Checker(spark, root, self.expected)
         self.history: list[str] = []
+        self.events: list[list] = []  # [name, params] of every event applied, to replay
         self.values = 0
         self.stopped: set[int] = set()
         self.lost: set[int] = set()
@@ -85,30 +89,43 @@ class Soak:
                    f"isr -{report.isr_shrinks}/+{report.isr_expands}, offline {report.offline_partitions}")
         self.checker.check()
 
+    def _skip(self, what: str) -> None:
+        self._note(f"skipped (does not apply now): {what}")
+
     def _status(self, request_id: str) -> set:
         return {r["status"] for r in self.cluster.produce_results()
                 .filter(F.col("request_id") == request_id).select("status").collect()}
 
-    # -- events ------------------------------------------------------------------------------
-    def produce(self) -> None:
+    # -- events: draw_<name>() picks an event's parameters from the seeded RNG and the soak's
+    # state (None: nothing to do now); do_<name>(**params) applies them. A recorded event replays
+    # through do_ alone, which skips it where it no longer applies (a subset of a history).
+    def draw_produce(self) -> dict:
         topic = self.rng.choice(sorted(self.topics))
         acks = self.rng.choice([0, 1, "all"])
-        records = [{"value": self._value(), "partition": self.rng.randrange(self.topics[topic])}
-                   for _ in range(self.rng.randint(1, 4))]
-        rid = self.cluster.produce(topic, records, acks=acks, client_id=CLIENT_ID)
-        self.expected.requests[rid] = (topic, ACKS[acks], [(r["partition"], r["value"]) for r in records])
-        self._note(f"produce {topic} acks={acks} {[(r['partition'], r['value']) for r in records]} -> {rid[:8]}")
+        records = [[self.rng.randrange(self.topics[topic]), self._value()] for _ in range(self.rng.randint(1, 4))]
+        return {"topic": topic, "acks": acks, "records": records}
 
-    def idempotent(self) -> None:
+    def do_produce(self, topic: str, acks, records: list) -> None:
+        if topic not in self.topics or any(p >= self.topics[topic] for p, _ in records):
+            return self._skip(f"produce to {topic}")
+        rid = self.cluster.produce(topic, [{"value": v, "partition": p} for p, v in records], acks=acks,
+                                   client_id=CLIENT_ID)
+        self.expected.requests[rid] = (topic, ACKS[acks], [(p, v) for p, v in records])
+        self._note(f"produce {topic} acks={acks} {[(p, v) for p, v in records]} -> {rid[:8]}")
+
+    def draw_idempotent(self) -> dict:
         partition = self.rng.randrange(self.topics["clean"])
-        p = self.producers.setdefault(partition, {"id": 1000 + partition, "seq": 0, "last": None})
+        p = self.producers.get(partition, {"seq": 0, "last": None})
         last = p["last"]
         status = self._status(last[0]) if last else {"acked"}
         if last and (status - {"acked", "error"} or self.rng.random() < 0.25) and "error" not in status:
-            values, base, kind = last[1], last[2], "retry"  # pending (or again once acked): the same batch
-        else:
-            base = last[2] if last and "error" in status else p["seq"]  # a failed batch's sequence is free
-            values, kind = [self._value() for _ in range(self.rng.randint(1, 3))], "batch"
+            return {"partition": partition, "values": last[1], "base": last[2], "kind": "retry"}  # the same batch
+        base = last[2] if last and "error" in status else p["seq"]  # a failed batch's sequence is free
+        return {"partition": partition, "values": [self._value() for _ in range(self.rng.randint(1, 3))],
+                "base": base, "kind": "batch"}
+
+    def do_idempotent(self, partition: int, values: list, base: int, kind: str) -> None:
+        p = self.producers.setdefault(partition, {"id": 1000 + partition, "seq": 0, "last": None})
         records = [{"value": v, "partition": partition, "producer_id": p["id"], "producer_epoch": 0,
                     "sequence": base + i} for i, v in enumerate(values)]
         rid = self.cluster.produce("clean", records, acks="all", client_id=CLIENT_ID)
@@ -117,78 +134,107 @@ class Soak:
         p["last"] = (rid, values, base)
         self._note(f"idempotent {kind} clean-{partition} pid={p['id']} seq={base}.. {values} -> {rid[:8]}")
 
-    def round(self) -> None:
+    def draw_round(self) -> dict:
+        return {}
+
+    def do_round(self) -> None:
         self._note("round")
         self._round()
 
-    def wait(self) -> None:
-        ms = self.rng.choice([3_000, 10_000, 35_000])
+    def draw_wait(self) -> dict:
+        return {"ms": self.rng.choice([3_000, 10_000, 35_000])}
+
+    def do_wait(self, ms: int) -> None:
         self._note(f"wait {ms} ms")
         self._round(ms)
 
-    def pause(self) -> None:
+    def draw_pause(self) -> dict | None:
         b = self.rng.choice([b for b in range(3) if b not in self.paused] or [None])
-        if b is not None:
-            self.cluster.pause_fetcher(b)
-            self.paused.add(b)
-            self._note(f"pause fetcher {b}")
+        return None if b is None else {"broker": b}
 
-    def resume(self) -> None:
-        if self.paused:
-            b = self.rng.choice(sorted(self.paused))
-            self.cluster.resume_fetcher(b)
-            self.paused.discard(b)
-            self._note(f"resume fetcher {b}")
+    def do_pause(self, broker: int) -> None:
+        if broker in self.paused:
+            return self._skip(f"pause fetcher {broker}")
+        self.cluster.pause_fetcher(broker)
+        self.paused.add(broker)
+        self._note(f"pause fetcher {broker}")
 
-    def throttle(self) -> None:
-        b = self.rng.randrange(3)
-        limit = self.rng.choice([60, 200, 1000])
-        self.cluster.throttle_fetcher(b, max_bytes_per_round=limit)
-        self.throttled.add(b)
-        self._note(f"throttle fetcher {b} to {limit} bytes per round")
+    def draw_resume(self) -> dict | None:
+        return {"broker": self.rng.choice(sorted(self.paused))} if self.paused else None
 
-    def unthrottle(self) -> None:
-        if self.throttled:
-            b = self.rng.choice(sorted(self.throttled))
-            self.cluster.throttle_fetcher(b, max_bytes_per_round=None)
-            self.throttled.discard(b)
-            self._note(f"unthrottle fetcher {b}")
+    def do_resume(self, broker: int) -> None:
+        if broker not in self.paused:
+            return self._skip(f"resume fetcher {broker}")
+        self.cluster.resume_fetcher(broker)
+        self.paused.discard(broker)
+        self._note(f"resume fetcher {broker}")
 
-    def stop(self) -> None:
-        if not self.stopped:  # one broker down at a time: min ISR 2 of RF 3 stays reachable
-            b = self.rng.randrange(3)
-            self.cluster.stop_broker(b)
-            self.stopped.add(b)
-            self._note(f"stop broker {b}")
+    def draw_throttle(self) -> dict:
+        return {"broker": self.rng.randrange(3), "limit": self.rng.choice([60, 200, 1000])}
 
-    def start(self) -> None:
-        if self.stopped:
-            b = self.stopped.pop()
-            self.cluster.start_broker(b)
-            self.lost.discard(b)
-            self._note(f"start broker {b}")
+    def do_throttle(self, broker: int, limit: int) -> None:
+        self.cluster.throttle_fetcher(broker, max_bytes_per_round=limit)
+        self.throttled.add(broker)
+        self._note(f"throttle fetcher {broker} to {limit} bytes per round")
 
-    def lose_disk(self) -> None:
-        for b in sorted(self.stopped - self.lost):
-            shutil.rmtree(self.cluster.storage.log_path(b), ignore_errors=True)
-            self.lost.add(b)
-            self._note(f"broker {b} loses its log directory")
-            return
+    def draw_unthrottle(self) -> dict | None:
+        return {"broker": self.rng.choice(sorted(self.throttled))} if self.throttled else None
 
-    def crash_round(self) -> None:
-        k = self.rng.randint(1, 6)
+    def do_unthrottle(self, broker: int) -> None:
+        if broker not in self.throttled:
+            return self._skip(f"unthrottle fetcher {broker}")
+        self.cluster.throttle_fetcher(broker, max_bytes_per_round=None)
+        self.throttled.discard(broker)
+        self._note(f"unthrottle fetcher {broker}")
+
+    def draw_stop(self) -> dict | None:
+        return None if self.stopped else {"broker": self.rng.randrange(3)}
+
+    def do_stop(self, broker: int) -> None:
+        if self.stopped:  # one broker down at a time: min ISR 2 of RF 3 stays reachable
+            return self._skip(f"stop broker {broker} (broker {min(self.stopped)} is down)")
+        self.cluster.stop_broker(broker)
+        self.stopped.add(broker)
+        self._note(f"stop broker {broker}")
+
+    def draw_start(self) -> dict | None:
+        return {"broker": min(self.stopped)} if self.stopped else None
+
+    def do_start(self, broker: int) -> None:
+        if broker not in self.stopped:
+            return self._skip(f"start broker {broker}")
+        self.cluster.start_broker(broker)
+        self.stopped.discard(broker)
+        self.lost.discard(broker)
+        self._note(f"start broker {broker}")
+
+    def draw_lose_disk(self) -> dict | None:
+        candidates = sorted(self.stopped - self.lost)
+        return {"broker": candidates[0]} if candidates else None
+
+    def do_lose_disk(self, broker: int) -> None:
+        if broker not in self.stopped or broker in self.lost:
+            return self._skip(f"broker {broker} loses its log directory")
+        shutil.rmtree(self.cluster.storage.log_path(broker), ignore_errors=True)
+        self.lost.add(broker)
+        self._note(f"broker {broker} loses its log directory")
+
+    def draw_crash_round(self) -> dict:
+        return {"after_commit": self.rng.randint(1, 6)}
+
+    def do_crash_round(self, after_commit: int) -> None:
         done = []
 
         def hook(path, step):
             done.append(step)
-            if len(done) == k:
-                raise Crash(f"after commit {k} ({step} of {path})")
+            if len(done) == after_commit:
+                raise Crash(f"after commit {after_commit} ({step} of {path})")
 
         self.cluster.storage.after_commit = hook
         self.clock.advance(500)
         try:
             self.cluster.run_round()
-            self._note(f"round (a crash after commit {k} was armed; the round made {len(done)})")
+            self._note(f"round (a crash after commit {after_commit} was armed; the round made {len(done)})")
         except Crash as crash:
             self._note(f"round killed {crash}")
         finally:
@@ -196,19 +242,28 @@ class Soak:
         self._note("round (recovers and replays)")
         self._round()
 
-    def preferred(self) -> None:
+    def draw_preferred(self) -> dict:
+        return {}
+
+    def do_preferred(self) -> None:
         self.cluster.elect_preferred_leaders()
         self._note("preferred leader election")
 
-    def reassign(self) -> None:
+    def draw_reassign(self) -> dict:
         topic = self.rng.choice(sorted(self.topics))
-        partition = self.rng.randrange(self.topics[topic])
-        target = self.rng.sample(range(3), self.rng.randint(2, 3))
+        return {"topic": topic, "partition": self.rng.randrange(self.topics[topic]),
+                "target": self.rng.sample(range(3), self.rng.randint(2, 3))}
+
+    def do_reassign(self, topic: str, partition: int, target: list) -> None:
+        if partition >= self.topics.get(topic, 0):
+            return self._skip(f"reassign {topic}-{partition}")
         self.cluster.reassign_partitions({(topic, partition): target})
         self._note(f"reassign {topic}-{partition} to {target}")
 
-    def quota(self) -> None:
-        rate = self.rng.choice([None, 100, 400, 2000])
+    def draw_quota(self) -> dict:
+        return {"rate": self.rng.choice([None, 100, 400, 2000])}
+
+    def do_quota(self, rate: int | None) -> None:
         if rate is not None:
             self.cluster.alter_client_quotas({"client-id": CLIENT_ID}, {"producer_byte_rate": rate})
         elif self.quota_rate is not None:
@@ -216,25 +271,38 @@ class Soak:
         self.quota_rate = rate
         self._note(f"producer_byte_rate of client {CLIENT_ID}: {rate}")
 
-    def delete_records(self) -> None:
+    def draw_delete_records(self) -> dict:
         topic = self.rng.choice(sorted(self.topics))
-        partition = self.rng.randrange(self.topics[topic])
+        return {"topic": topic, "partition": self.rng.randrange(self.topics[topic])}
+
+    def do_delete_records(self, topic: str, partition: int) -> None:
+        if partition >= self.topics.get(topic, 0):
+            return self._skip(f"delete_records {topic}-{partition}")
         try:
             start = self.cluster.delete_records(topic, partition, -1)
             self._note(f"delete_records {topic}-{partition} before the HW -> log start {start}")
         except ReplogError as e:
             self._note(f"delete_records {topic}-{partition} refused: {e.code}")
 
-    def create_topic(self) -> None:
-        if len(self.topics) < 4:
-            name = f"t{len(self.topics)}"
-            partitions, rf = self.rng.randint(1, 2), self.rng.randint(2, 3)
-            self.cluster.create_topic(name, partitions=partitions, replication_factor=rf)
-            self.topics[name] = partitions
-            self._note(f"create topic {name} ({partitions} partitions, RF {rf})")
+    def draw_create_topic(self) -> dict | None:
+        if len(self.topics) >= 4:
+            return None
+        return {"name": f"t{len(self.topics)}", "partitions": self.rng.randint(1, 2),
+                "replication_factor": self.rng.randint(2, 3)}
 
-    def read(self) -> None:
-        topic = self.rng.choice(sorted(self.topics))
+    def do_create_topic(self, name: str, partitions: int, replication_factor: int) -> None:
+        if name in self.topics:
+            return self._skip(f"create topic {name}")
+        self.cluster.create_topic(name, partitions=partitions, replication_factor=replication_factor)
+        self.topics[name] = partitions
+        self._note(f"create topic {name} ({partitions} partitions, RF {replication_factor})")
+
+    def draw_read(self) -> dict:
+        return {"topic": self.rng.choice(sorted(self.topics))}
+
+    def do_read(self, topic: str) -> None:
+        if topic not in self.topics:
+            return self._skip(f"read {topic}")
         try:
             served = [(r["partition"], r["offset"]) for r in self.cluster.read(topic).select("partition", "offset").collect()]
         except ReplogError as e:
@@ -263,12 +331,38 @@ class Soak:
                 break
         self.checker.check_settled(self.checker.snapshot())
 
+    def step(self, name: str, params: dict | None = None) -> None:
+        """One event: drawn when `params` is None, else replayed as recorded."""
+        if not hasattr(self, f"do_{name}"):
+            raise ValueError(f"unknown soak event {name!r} (known: {', '.join(sorted(WEIGHTS))})")
+        if params is None:
+            params = getattr(self, f"draw_{name}")()
+            if params is None:
+                return  # nothing to do in this state: no event
+        self.events.append([name, params])
+        getattr(self, f"do_{name}")(**params)
+
+    def _failed(self, v: Violation, during_heal: bool) -> Violation:
+        failure = Violation(v.check, f"seed {self.seed}: {v}\nhistory:\n" + "\n".join(self.history))
+        failure.events, failure.during_heal = list(self.events), during_heal
+        return failure
+
     def run(self, events: int) -> "Soak":
+        """`events` events drawn from the seed, then heal."""
         names, weights = zip(*WEIGHTS.items())
+        return self.replay(self.rng.choices(names, weights)[0] for _ in range(events))
+
+    def replay(self, events, heal: bool = True) -> "Soak":
+        """Events in order, each a name (drawn) or [name, params] (recorded), then heal. A
+        Violation carries `events` (what ran, recorded, up to the failing one) and `during_heal`."""
         try:
-            for _ in range(events):
-                getattr(self, self.rng.choices(names, weights)[0])()
-            self.heal()
+            for event in events:
+                self.step(*([event] if isinstance(event, str) else event))
         except Violation as v:
-            raise Violation(v.check, f"seed {self.seed}: {v}\nhistory:\n" + "\n".join(self.history)) from None
+            raise self._failed(v, during_heal=False) from None
+        if heal:
+            try:
+                self.heal()
+            except Violation as v:
+                raise self._failed(v, during_heal=True) from None
         return self
