@@ -6,7 +6,9 @@
 Streaming (the default): a `rate-micro-batch` source gives one micro-batch per trigger whether or
 not anything was produced (lag expiry needs time, not data), and foreachBatch runs
 `Cluster.run_round()`, the same function the API calls, then the log cleaner's pass when
-`log.cleaner.backoff.ms` has passed (`Cluster.compact_if_due()`). The trigger interval defaults to the
+`log.cleaner.backoff.ms` has passed (`Cluster.compact_if_due()`) and Delta table maintenance when
+`log.maintenance.interval.ms` has (`Cluster.maintain_if_due()`: compaction of the small files rounds
+leave, VACUUM, Delta log retention; pipeline/maintenance.py). The trigger interval defaults to the
 cluster's `replica.fetch.wait.max.ms`. SIGTERM (or Ctrl-C) to the job's Python process (its pid is
 logged at start) stops the query after the round in progress; a restart resumes from the
 checkpoint. (SIGTERM to the spark-submit JVM stops Spark at once, possibly mid-round.)
@@ -33,6 +35,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 LOG = logging.getLogger("replog.replicate")
@@ -92,7 +95,16 @@ def _progress(report: Any) -> str:
 
 
 def _clean(cluster: Any) -> None:
-    """The log cleaner's pass when log.cleaner.backoff.ms has passed (Cluster.compact_if_due)."""
+    """After a round: the log cleaner's pass when log.cleaner.backoff.ms has passed
+    (Cluster.compact_if_due), and Delta table maintenance when log.maintenance.interval.ms has
+    (Cluster.maintain_if_due: compaction of small files, VACUUM, log retention)."""
+    started = time.monotonic()
+    maintained = cluster.maintain_if_due()
+    if maintained is not None:
+        LOG.info("table maintenance: %d tables and logs, compacted %d (%d small files into %d), vacuumed %d files, "
+                 "retention set on %d, %.1f s", maintained.tables, len(maintained.compacted), maintained.files_removed,
+                 maintained.files_added, maintained.files_vacuumed, len(maintained.properties_set),
+                 time.monotonic() - started)
     report = cluster.compact_if_due()
     if report is not None:
         LOG.info("log cleaner run %d: cleaned %d of %d compacted partitions (%d replicas), removed %d records, "

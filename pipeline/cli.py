@@ -171,6 +171,24 @@ def cmd_run(args: argparse.Namespace) -> None:
             lock.close()
 
 
+def cmd_maintain(args: argparse.Namespace) -> None:
+    """One pass of Delta table maintenance (pipeline/maintenance.py). It takes the one-writer lease,
+    so it holds the job lock as `run` does: refused while a replication job runs (which makes the
+    pass itself every log.maintenance.interval.ms)."""
+    from pipeline.job_lock import hold_job_lock
+    lock = hold_job_lock(args.root)
+    try:
+        report = _open(args).maintain()
+    finally:
+        if lock is not None:
+            lock.close()
+    print(f"Maintained {report.tables} tables and logs: compacted {len(report.compacted)} "
+          f"({report.files_removed} small files into {report.files_added}), vacuumed {report.files_vacuumed} files, "
+          f"retention set on {len(report.properties_set)}.")
+    for name in report.compacted:
+        print(f"  compacted {name}")
+
+
 def _run_rounds(args: argparse.Namespace, cluster: Any) -> None:
     total = args.rounds if args.rounds else None
     limit = args.rounds or args.max_rounds
@@ -428,6 +446,8 @@ def _parser() -> argparse.ArgumentParser:
     how.add_argument("--rounds", type=int)
     how.add_argument("--until-committed", action="store_true")
     p.add_argument("--max-rounds", type=int, default=50, help="--until-committed gives up after this many")
+
+    command("maintain", cmd_maintain, "compact small files, VACUUM and set log retention on every table and log")
 
     p = command("brokers", cmd_brokers, "brokers with their state and leader counts; add or decommission one")
     change = p.add_mutually_exclusive_group()

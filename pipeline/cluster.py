@@ -18,6 +18,7 @@ from pipeline import cleaner, consumer
 from pipeline import controller
 from pipeline import fetch_session as sessions
 from pipeline import groups
+from pipeline import maintenance
 from pipeline import quotas
 from pipeline import recovery
 from pipeline import views
@@ -82,6 +83,7 @@ class Cluster:
         self._consumer_requests: dict[str, list[sessions.Context]] = {}
         self._fetch_throttles: dict[str, int] = {}  # consumer id -> its last fetch's throttle time
         self._last_clean_ms: int | None = None  # the log cleaner's last pass (compact_if_due)
+        self._last_maintenance_ms: int | None = None  # the last maintain() pass (maintain_if_due)
         self._carry: Carry | None = None  # the last round's state, pinned (see round.Carry)
         self._restarted = False  # set by open(): the next round is this process's first
         self._config_version = storage.version("cluster")  # alter_configs(brokers) changes it
@@ -699,6 +701,35 @@ class Cluster:
             return None
         self._last_clean_ms = now
         return self.compact()
+
+    def maintain(self) -> maintenance.MaintenanceReport:
+        """One pass of Delta table maintenance over every cluster table and broker log:
+        compaction of small files (`log.maintenance.min.files`), VACUUM within
+        `log.maintenance.file.retention.ms`, and the Delta log retention of the tables rounds
+        write (`log.maintenance.log.retention.ms`); pipeline/maintenance.py. It rewrites files,
+        not rows, so it takes the one-writer lease as a round does and finishes an interrupted
+        round first. KAFKA_STORAGE_ERROR when a directory refuses the writes."""
+        self._hold_lease()
+        if not self._recovery_checked or self._replay is not None:
+            self.run_round()  # an interrupted round is undone and replayed before files move
+        report = maintenance.maintain(self.storage, self.brokers, self.config)
+        self._last_maintenance_ms = self.clock.now_ms()
+        maintenance.record_pass(self.storage, self._last_maintenance_ms)
+        return report
+
+    def maintain_if_due(self) -> maintenance.MaintenanceReport | None:
+        """The replication job's maintenance step, after each round: a maintain() pass when
+        log.maintenance.interval.ms (cluster clock) has passed since the last pass by any job;
+        None otherwise. A cluster that never had one starts counting now (recorded, no pass)."""
+        now = self.clock.now_ms()
+        if self._last_maintenance_ms is None:
+            self._last_maintenance_ms = maintenance.last_pass_ms(self.storage)
+            if self._last_maintenance_ms is None:
+                maintenance.record_pass(self.storage, now)
+                self._last_maintenance_ms = now
+        if now - self._last_maintenance_ms < self.config["log.maintenance.interval.ms"]:
+            return None
+        return self.maintain()
 
     def cleaner_runs(self) -> DataFrame:
         """One row per pass of the log cleaner (see compact())."""

@@ -118,6 +118,18 @@ _KEYS = [
     ConfigKey("log.cleaner.enable", bool, True, _any, "true|false", "the replication job runs the log cleaner"),
     ConfigKey("log.cleaner.backoff.ms", int, 15000, _positive, "> 0",
               "the replication job runs a cleaner pass at most this often (cluster clock)"),
+    # Delta table maintenance by the replication job (pipeline/maintenance.py; not Kafka keys)
+    ConfigKey("log.maintenance.interval.ms", int, 3600000, _positive, "> 0",
+              "the replication job compacts small files and vacuums at most this often (cluster clock)"),
+    ConfigKey("log.maintenance.min.files", int, 64, _positive, "> 0",
+              "a table or log is compacted (OPTIMIZE) once its snapshot holds this many files"),
+    # at least an hour: recovery RESTOREs the versions before an interrupted round, and Delta
+    # refuses time travel beyond a table's file retention
+    ConfigKey("log.maintenance.file.retention.ms", int, 604800000, lambda v: v >= 3600000, ">= 3600000 (1 hour)",
+              "VACUUM deletes files no snapshot of this age needs (Delta's default: 7 days); an interrupted "
+              "round can be recovered for this long"),
+    ConfigKey("log.maintenance.log.retention.ms", int, 604800000, _positive, ">= log.maintenance.file.retention.ms",
+              "Delta log history kept by the tables rounds write (inbox and admin keep Delta's 30 days)"),
     ConfigKey("max.incremental.fetch.session.cache.slots", int, 1000, _non_negative, ">= 0",
               "fetch sessions each leader broker keeps (KIP-227)"),
     ConfigKey("replication.fetch.mode", str, "incremental", lambda v: v in FETCH_MODES, "incremental|full",
@@ -199,7 +211,14 @@ def _validate(config: Mapping[str, Any] | None, keys: Mapping[str, ConfigKey], s
 def validate_cluster_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     """Every key known and well typed; returns the full config with Kafka's defaults filled in."""
     given = _validate(config, CLUSTER_KEYS, "cluster")
-    return {name: given.get(name, key.default) for name, key in CLUSTER_KEYS.items()}
+    full = {name: given.get(name, key.default) for name, key in CLUSTER_KEYS.items()}
+    log_ms, file_ms = full["log.maintenance.log.retention.ms"], full["log.maintenance.file.retention.ms"]
+    if log_ms < file_ms:  # Delta refuses a table whose log would go before its files
+        raise ReplogError(ErrorCode.INVALID_CONFIG,
+                          f"'log.maintenance.log.retention.ms' ({log_ms}) must be at least "
+                          f"'log.maintenance.file.retention.ms' ({file_ms}): Delta keeps a table's log as long as "
+                          "its files")
+    return full
 
 
 def validate_topic_config(config: Mapping[str, Any] | None, replication_factor: int) -> dict[str, Any]:

@@ -87,6 +87,15 @@ def test_an_operator_session(tmp_path):
     hws = [int(line.split("HighWatermark: ")[1].split("\t")[0]) for line in described[1:]]
     assert [(int(r[4]), int(r[5])) for r in lag[1:]] == [(hw, max(hw - 1, 0)) for hw in hws]
 
+    # Delta table maintenance by hand: the rounds' small files compacted, nothing read changes
+    maintained = replog("maintain", root=root)
+    assert maintained.returncode == 0, maintained.stderr[-2000:]
+    summary = next(line for line in maintained.stdout.splitlines() if line.startswith("Maintained "))
+    assert summary.startswith("Maintained 22 tables and logs: compacted ")  # (Delta's VACUUM prints lines too)
+    assert summary.endswith("retention set on 20.")  # every table but the inbox and admin
+    after = replog("consume", "--topic", "orders", "--from-beginning", "--print-key", root=root)
+    assert sorted(after.stdout.splitlines()) == ["k1\tfirst", "k2\tsecond", "null\tthird"]
+
     again = replog("topics", "--create", "--topic", "orders", "--partitions", "1", root=root)
     assert again.returncode == 1
     assert last_line(again) == "replog: TOPIC_ALREADY_EXISTS: topic 'orders' already exists"
@@ -109,10 +118,12 @@ def test_errors_are_one_line_and_exit_non_zero(tmp_path):
     held = hold_job_lock(str(tmp_path))
     try:
         second = replog("run", "--until-committed", "--root", str(tmp_path))
+        maintain = replog("maintain", "--root", str(tmp_path))
     finally:
         held.close()
     assert second.returncode == 1
     assert last_line(second).startswith("replog: REPLICATION_JOB_RUNNING: a replication job already runs on ")
+    assert maintain.returncode == 1 and last_line(maintain).startswith("replog: REPLICATION_JOB_RUNNING: ")
 
 
 def test_reassigning_with_kafkas_json_file_and_adding_a_broker(tmp_path):
