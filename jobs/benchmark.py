@@ -31,6 +31,16 @@ the JSON). Produce and polls share one loop, so when they are slower than a seco
 falls behind the rate asked; the table shows the rate sent. Writes benchmarks/freshness.json.
 
     .venv/bin/python jobs/benchmark.py --scenario freshness --partitions 10000 --rate 1000 --seconds 180
+
+Scenario `maintenance` (issue 7, target 4: the job keeps its Delta tables healthy): a cluster of P
+partitions (3 brokers, RF 3) runs N rounds of steady traffic (k records into k random partitions
+each round); then one table maintenance pass (`Cluster.maintain`, pipeline/maintenance.py) with the
+job's defaults. Reported: the pass's seconds; the files in the snapshots of the logs and tables
+and in their `_delta_log` directories before and after; the median seconds of `storage.version()`
+(a `_delta_log` listing) of the results table over 20 calls, and of W rounds just before and just
+after the pass. Writes benchmarks/maintenance.json.
+
+    .venv/bin/python jobs/benchmark.py --scenario maintenance --partitions 100 --rounds 100 --changed 100
 """
 
 from __future__ import annotations
@@ -282,6 +292,78 @@ def freshness(spark, partitions: int, rate: int, seconds: int, seed: int) -> dic
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _table_files(cluster: Cluster) -> dict:
+    """Data files in the current snapshots of every table and log, and files in their _delta_log."""
+    from pipeline.maintenance import snapshot, table_paths
+    in_snapshots, in_logs = 0, 0
+    for path in table_paths(cluster.storage, cluster.brokers).values():
+        in_snapshots += int(snapshot(cluster.storage, path).numOfFiles())
+        in_logs += len(os.listdir(os.path.join(path, "_delta_log")))
+    return {"snapshot_files": in_snapshots, "delta_log_files": in_logs}
+
+
+def _version_s(cluster: Cluster, calls: int = 20) -> float:
+    times = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        cluster.storage.version("results")
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def maintenance_run(spark, partitions: int, rounds: int, changed: int, window: int, seed: int) -> dict:
+    rng = random.Random(seed)
+    workdir = tempfile.mkdtemp(prefix="bench-maintenance-")
+    try:
+        clock = ManualClock(start_ms=0)
+        cluster = Cluster.create(spark, os.path.join(workdir, "cluster"), brokers=3, clock=clock)
+        cluster.create_topic("bench", partitions=partitions, replication_factor=3)
+        round_s = []
+
+        def traffic_round() -> float:
+            cluster.produce("bench", [{"value": f"v{rng.random()}", "partition": p}
+                                      for p in rng.sample(range(partitions), min(changed, partitions))], acks=1)
+            clock.advance(STEP_MS)
+            return timed_round(cluster)[0]
+
+        for n in range(1, rounds + 1):
+            round_s.append(traffic_round())
+            if n % 25 == 0:
+                print(f"maintenance: round {n}/{rounds}, last {round_s[-1]:.2f} s", flush=True)
+        before = {**_table_files(cluster), "version_s": _version_s(cluster)}
+        started = time.perf_counter()
+        report = cluster.maintain()
+        pass_s = time.perf_counter() - started
+        after = {**_table_files(cluster), "version_s": _version_s(cluster)}
+        after_rounds = [traffic_round() for _ in range(window)]
+        return {
+            "partitions": partitions, "rounds": rounds, "changed": changed, "pass_s": pass_s,
+            "before": before, "after": after, "tables": report.tables, "compacted": len(report.compacted),
+            "files_removed": report.files_removed, "files_added": report.files_added,
+            "round_median_before_s": statistics.median(round_s[-window:]),
+            "round_median_after_s": statistics.median(after_rounds), "round_s": round_s + after_rounds,
+            "driver_jvm_peak_rss_mb": jvm_peak_rss_mb(spark),
+        }
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def maintenance_table(data: dict) -> str:
+    r = data["results"]
+    b, a = r["before"], r["after"]
+    return "\n".join([
+        f"Machine: {data['machine']}. Command: `{data['command']}`.", "",
+        "| | before the pass | after |", "|---|---|---|",
+        f"| data files in the snapshots ({r['tables']} tables and logs) | {b['snapshot_files']:,} | {a['snapshot_files']:,} |",
+        f"| files in their `_delta_log` directories | {b['delta_log_files']:,} | {a['delta_log_files']:,} |",
+        f"| `storage.version()` of results, median (ms) | {1000 * b['version_s']:.1f} | {1000 * a['version_s']:.1f} |",
+        f"| round median, {len(r['round_s']) - r['rounds']} rounds (s) | {r['round_median_before_s']:.2f} "
+        f"| {r['round_median_after_s']:.2f} |",
+        "", f"The pass: {r['pass_s']:.1f} s; {r['compacted']} compacted ({r['files_removed']:,} small files into "
+            f"{r['files_added']}). The `_delta_log` files stay until Delta's next checkpoint after they are older "
+            f"than log.maintenance.log.retention.ms (7 days by default), so a run this short shows none go."])
+
+
 def freshness_table(data: dict) -> str:
     r = data["results"]
     f = lambda v: "-" if v is None else f"{v:.1f}"
@@ -322,7 +404,8 @@ def update_readme(path: str, text: str, scenario: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenario", choices=["fetch-sessions", "throughput", "freshness"], default="fetch-sessions")
+    parser.add_argument("--scenario", choices=["fetch-sessions", "throughput", "freshness", "maintenance"],
+                        default="fetch-sessions")
     parser.add_argument("--rate", type=int, default=1000, help="freshness: records produced per second")
     parser.add_argument("--seconds", type=int, default=180, help="freshness: how long the producer runs")
     parser.add_argument("--records", type=int, default=5_000_000, help="throughput: records produced")
@@ -331,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, nargs="+",
                         help="fetch-sessions: P values (default 1000 10000 100000); throughput: one P (default 100)")
     parser.add_argument("--changed", type=int, default=100, help="partitions produced to per round (k)")
-    parser.add_argument("--rounds", type=int, default=20, help="measured active rounds per P")
+    parser.add_argument("--rounds", type=int, default=20, help="measured active rounds per P (maintenance: rounds before the pass)")
     parser.add_argument("--warm-up", type=int, default=3)
     parser.add_argument("--idle-rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=227)
@@ -358,6 +441,14 @@ def main(argv: list[str] | None = None) -> int:
                 "command": f"jobs/benchmark.py --scenario freshness --partitions {partitions} --rate {args.rate} "
                            f"--seconds {args.seconds}"}
         return _write(data, out, freshness_table(data), args.readme, plotted=False)
+    if args.scenario == "maintenance":
+        partitions = args.partitions[0] if args.partitions else 100
+        window = 20
+        result = maintenance_run(spark, partitions, args.rounds, args.changed, window, args.seed)
+        data = {"scenario": args.scenario, "machine": machine, "results": result,
+                "command": f"jobs/benchmark.py --scenario maintenance --partitions {partitions} --rounds {args.rounds} "
+                           f"--changed {args.changed}"}
+        return _write(data, out, maintenance_table(data), args.readme, plotted=False)
     args.partitions = args.partitions or [1000, 10000, 100000]
     results = [fetch_sessions(spark, p, args.changed, args.rounds, args.warm_up, args.idle_rounds, args.seed)
                for p in sorted(args.partitions)]
