@@ -294,10 +294,10 @@ def freshness(spark, partitions: int, rate: int, seconds: int, seed: int) -> dic
 
 def _table_files(cluster: Cluster) -> dict:
     """Data files in the current snapshots of every table and log, and files in their _delta_log."""
-    from pipeline.maintenance import snapshot, table_paths
+    from pipeline.maintenance import table_paths
     in_snapshots, in_logs = 0, 0
     for path in table_paths(cluster.storage, cluster.brokers).values():
-        in_snapshots += int(snapshot(cluster.storage, path).numOfFiles())
+        in_snapshots += int(cluster.storage.snapshot(path).numOfFiles())
         in_logs += len(os.listdir(os.path.join(path, "_delta_log")))
     return {"snapshot_files": in_snapshots, "delta_log_files": in_logs}
 

@@ -32,7 +32,7 @@ from pipeline.replication import record_size
 from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round
 from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLIENT_QUOTAS_SCHEMA, CLUSTER_SCHEMA, GROUP_OFFSETS_SCHEMA, INBOX_SCHEMA,
                               LEASE_SCHEMA, LOG_SCHEMA, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
-from pipeline.storage import Storage
+from pipeline.storage import Storage, is_concurrent_conflict
 
 __all__ = ["Cluster"]
 
@@ -545,7 +545,7 @@ class Cluster:
         try:
             self.storage.update_if(claim, "lease", ["lease"], only_if=f"t.job_epoch = {epoch - 1}", insert=True)
         except Exception as e:  # a concurrent claim committed first (Delta's concurrent-modification check)
-            if "Concurrent" not in type(e).__name__ and "Concurrent" not in str(e):
+            if not is_concurrent_conflict(e):
                 raise
         held = self._lease_row()
         if held is None or held["holder"] != self.holder:
@@ -629,9 +629,10 @@ class Cluster:
             raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
         now = self.clock.now_ms()
         self._reload_config()
-        sensors = self._quota_sensors("consumer_byte_rate", now)
-        sensor_row = sensors([(user, client_id)])[0] if sensors is not None else None
-        quota_key = None if sensor_row is None or sensor_row[4] is None else (sensor_row[2], sensor_row[3])
+        found = None  # (the quota's sensor key, the quota) of this client's consumer_byte_rate quota
+        if self._quota_sensors("consumer_byte_rate", now) is not None:  # (brings the sensors' windows up to date)
+            found = quotas.quota_for(self._quota_entries(), "consumer_byte_rate", user, client_id)
+        quota_key, quota = found if found is not None else (None, None)
         waits = self._sensors["consumer_byte_rate"].remaining_ms(quota_key, now) if quota_key else 0
         if waits:
             fetched = consumer.throttled_fetch(self.storage, waits)
@@ -641,7 +642,7 @@ class Cluster:
                 self.config["max.incremental.fetch.session.cache.slots"], self._rng)
             if quota_key is not None:
                 size = fetched.records.agg(F.sum(record_size(F.col("key"), F.col("value")))).first()[0] or 0
-                throttle = self._sensors["consumer_byte_rate"].record(quota_key, sensor_row[4], int(size), now)
+                throttle = self._sensors["consumer_byte_rate"].record(quota_key, quota, int(size), now)
                 fetched = replace(fetched, throttle_time_ms=throttle)
         self._consumer_requests[consumer_id] = fetched.contexts
         self._fetch_throttles[consumer_id] = fetched.throttle_time_ms
@@ -671,6 +672,13 @@ class Cluster:
             raise ValueError(f"n must be an int >= 1, got {n!r}")
         return self.spark.sql(views.lagging_replicas_sql(self.storage)).limit(n)
 
+    def _hold_lease_recovered(self) -> None:
+        """The one-writer lease, for work beside the rounds that writes the tables rounds write
+        (the cleaner, maintenance): an interrupted round is undone and replayed first."""
+        self._hold_lease()
+        if not self._recovery_checked or self._replay is not None:
+            self.run_round()
+
     def compact(self) -> cleaner.CleanerReport | None:
         """One pass of the log cleaner over every topic with cleanup.policy `compact` (Kafka's
         log compaction; pipeline/cleaner.py has the rules): in each partition that is due (by
@@ -680,9 +688,7 @@ class Cluster:
         replication job runs it every log.cleaner.backoff.ms; it writes the broker logs, so it takes
         the one-writer lease as a round does, and finishes an interrupted round first. Returns the
         pass's figures (also in replog.metrics); None when no topic is compacted."""
-        self._hold_lease()
-        if not self._recovery_checked or self._replay is not None:
-            self.run_round()  # an interrupted round is undone and replayed before the logs change
+        self._hold_lease_recovered()
         rows = self._broker_rows()
         down = {r["broker"] for r in rows if (r["state"] or controller.RUNNING) != controller.RUNNING}
         return cleaner.run_cleaner(self.spark, self.storage, self.brokers, self.config, self.clock.now_ms(),
@@ -709,9 +715,7 @@ class Cluster:
         write (`log.maintenance.log.retention.ms`); pipeline/maintenance.py. It rewrites files,
         not rows, so it takes the one-writer lease as a round does and finishes an interrupted
         round first. KAFKA_STORAGE_ERROR when a directory refuses the writes."""
-        self._hold_lease()
-        if not self._recovery_checked or self._replay is not None:
-            self.run_round()  # an interrupted round is undone and replayed before files move
+        self._hold_lease_recovered()
         report = maintenance.maintain(self.storage, self.brokers, self.config)
         self._last_maintenance_ms = self.clock.now_ms()
         maintenance.record_pass(self.storage, self._last_maintenance_ms)

@@ -33,9 +33,9 @@ from typing import Mapping
 
 from delta.tables import DeltaTable
 
-from pipeline.storage import CLUSTER_TABLES, Storage, unwritable_error
+from pipeline.storage import CLUSTER_TABLES, Storage, is_concurrent_conflict, unwritable_error
 
-__all__ = ["MaintenanceReport", "maintain", "snapshot", "table_paths", "wanted_properties", "CHANGE_FEED_TABLES", "last_pass_ms", "record_pass"]
+__all__ = ["MaintenanceReport", "maintain", "table_paths", "wanted_properties", "CHANGE_FEED_TABLES", "last_pass_ms", "record_pass"]
 
 # read as change feeds from the job's last position: their Delta log history stays at Delta's default
 CHANGE_FEED_TABLES = ("inbox", "admin")
@@ -47,7 +47,7 @@ LAST_PASS_PROPERTY = "replog.maintenance.lastPassMs"
 
 
 def last_pass_ms(storage: Storage) -> int | None:
-    conf = snapshot(storage, storage.path("cluster")).metadata().configuration()
+    conf = storage.snapshot(storage.path("cluster")).metadata().configuration()
     return int(conf.apply(LAST_PASS_PROPERTY)) if conf.contains(LAST_PASS_PROPERTY) else None
 
 
@@ -61,7 +61,7 @@ def record_pass(storage: Storage, now_ms: int) -> bool:
                           f"SET TBLPROPERTIES ('{LAST_PASS_PROPERTY}' = '{int(now_ms)}')")
         return True
     except (Py4JJavaError, AnalysisException) as err:
-        if "Concurrent" in str(err):
+        if is_concurrent_conflict(err):
             return False
         raise
 
@@ -93,14 +93,6 @@ def table_paths(storage: Storage, brokers: list[int]) -> dict[str, str]:
     return tables
 
 
-def snapshot(storage: Storage, path: str):
-    """Delta's current snapshot of the table at `path` (no Spark job)."""
-    jvm = storage.spark._jvm
-    none = jvm.scala.Option.empty()
-    log = getattr(jvm.org.apache.spark.sql.delta, "DeltaLog").forTable(storage.spark._jsparkSession, path)
-    return log.update(False, none, none)
-
-
 def _set_properties(storage: Storage, path: str, snap, wanted: dict[str, str]) -> bool:
     conf = snap.metadata().configuration()
     differ = {k: v for k, v in wanted.items() if not conf.contains(k) or conf.apply(k) != v}
@@ -116,7 +108,7 @@ def maintain(storage: Storage, brokers: list[int], config: Mapping) -> Maintenan
     spark = storage.spark
     for name, path in table_paths(storage, brokers).items():
         report.tables += 1
-        snap = snapshot(storage, path)
+        snap = storage.snapshot(path)
         table = DeltaTable.forPath(spark, path)
         with unwritable_error(path):
             if _set_properties(storage, path, snap, wanted_properties(name if name in CLUSTER_TABLES else "log",
@@ -128,7 +120,7 @@ def maintain(storage: Storage, brokers: list[int], config: Mapping) -> Maintenan
                     report.compacted.append(name)
                     report.files_removed += int(metrics["numFilesRemoved"])
                     report.files_added += int(metrics["numFilesAdded"])
-            before = int(snapshot(storage, path).version())
+            before = int(storage.snapshot(path).version())
             table.vacuum()
         report.files_vacuumed += _vacuumed(storage, path, before)
     return report
@@ -141,7 +133,7 @@ def _compaction(table: DeltaTable):
     try:
         return table.optimize().executeCompaction().first()["metrics"]
     except Py4JJavaError as err:
-        if "io.delta.exceptions.Concurrent" in str(err):
+        if is_concurrent_conflict(err):
             return None
         raise
 
@@ -149,7 +141,7 @@ def _compaction(table: DeltaTable):
 def _vacuumed(storage: Storage, path: str, before: int) -> int:
     """Files deleted by the VACUUM committed after version `before` (its VACUUM END commit's
     metrics; 0 when Delta logged none)."""
-    newest = int(snapshot(storage, path).version())
+    newest = int(storage.snapshot(path).version())
     for version in range(newest, before, -1):
         info = storage.commit_info(path, version) or {}
         if info.get("operation") == "VACUUM END":

@@ -30,7 +30,7 @@ from pipeline import replication as rules
 from pipeline.schemas import (ELECTIONS_SCHEMA, LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PARTITIONS_SCHEMA,
                               PRODUCERS_SCHEMA, REPLICA_KEY,
                               REPLICA_STATE_SCHEMA, RESULTS_SCHEMA, ROUNDS_SCHEMA)
-from pipeline.storage import Storage
+from pipeline.storage import Storage, current_rows, is_concurrent_conflict
 
 __all__ = ["RoundReport", "RoundInputs", "Carry", "CARRIED_TABLES", "run_round", "idle_round", "last_round_phases"]
 
@@ -226,7 +226,7 @@ def _compact_state_if_due(storage: Storage, current_rows: int, table_rows: int, 
     try:
         storage.compact_replica_state(round_id)
     except Exception as e:  # another writer appended meanwhile: a later round compacts
-        if "Concurrent" not in type(e).__name__ and "Concurrent" not in str(e):
+        if not is_concurrent_conflict(e):
             raise
         return table_rows
     return current_rows
@@ -790,10 +790,8 @@ def _deferred_requests(storage: Storage, last_waiting: int | None) -> DataFrame 
     the round that wrote it hold their rows. None when the last round left none waiting."""
     if not last_waiting:
         return None
-    newest = Window.partitionBy(*REQUEST_KEY).orderBy(F.col("round_id").desc())
-    waiting = (storage.read("results").withColumn("_n", F.row_number().over(newest))
-               .filter((F.col("_n") == 1) & (F.col("status") == STATUS_THROTTLED)).select("request_id", "round_id")
-               .distinct())
+    waiting = (current_rows(storage.read("results"), REQUEST_KEY).filter(F.col("status") == STATUS_THROTTLED)
+               .select("request_id", "round_id").distinct())
     rounds = storage.read("rounds").select(
         "round_id", "now_ms", "inbox_version",
         F.coalesce(F.lag("inbox_version").over(Window.orderBy("round_id")), F.lit(0)).alias("from_version"))
@@ -812,10 +810,7 @@ def _pending_results(storage: Storage, last_pending: int | None) -> DataFrame:
     results = storage.read("results")
     if last_pending == 0:
         results = results.limit(0)
-    newest = Window.partitionBy(*REQUEST_KEY).orderBy(F.col("round_id").desc())
-    return (results.withColumn("_n", F.row_number().over(newest))
-            .filter((F.col("_n") == 1) & (F.col("status") == acks_rules.STATUS_PENDING))
-            .drop("_n", "round_id"))
+    return current_rows(results, REQUEST_KEY).filter(F.col("status") == acks_rules.STATUS_PENDING).drop("round_id")
 
 
 def _old_leader_records(storage: Storage, needs_df: DataFrame, brokers: list[int]) -> DataFrame | None:

@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 from pipeline import schemas
 from pipeline.errors import ErrorCode, ReplogError
 
-__all__ = ["Storage", "TXN_APP_ID", "RECOVERY_APP_ID", "is_uri", "parse_tag", "current_rows", "current_rows_sql"]
+__all__ = ["Storage", "TXN_APP_ID", "is_concurrent_conflict", "RECOVERY_APP_ID", "is_uri", "parse_tag", "current_rows", "current_rows_sql"]
 
 TXN_APP_ID = "replog-round"
 RECOVERY_APP_ID = "replog-recovery"
@@ -113,6 +113,19 @@ def unwritable_error(path: str) -> Iterator[None]:
                           f"{what} at {path} cannot be written: {found.group(2).strip()} ({found.group(1)}). "
                           "Make the directory writable (or free space); the next round then completes this "
                           "one, losing nothing.") from None
+
+
+# Delta's commit-conflict exceptions (io.delta.exceptions): another writer committed first
+_CONFLICTS = ("DeltaConcurrentModificationException", "ConcurrentWriteException", "MetadataChangedException",
+              "ProtocolChangedException", "ConcurrentAppendException", "ConcurrentDeleteReadException",
+              "ConcurrentDeleteDeleteException", "ConcurrentTransactionException")
+
+
+def is_concurrent_conflict(error: BaseException) -> bool:
+    """Whether `error` is Delta's refusal of a commit that conflicts with another writer's: the
+    Python class delta-spark converts it to, or a Py4J error naming the Java one."""
+    text = str(error)
+    return type(error).__name__ in _CONFLICTS or any(f"io.delta.exceptions.{n}" in text for n in _CONFLICTS)
 
 
 def is_uri(root: str) -> bool:
@@ -253,12 +266,18 @@ class Storage:
         DeltaLog.update, ~4 ms, where `DeltaTable.history(1)` runs a job, ~230 ms, measured on 2 cores)."""
         return self._newest_version(self.path(table))
 
+    def snapshot(self, path: str):
+        """Delta's current snapshot (a JVM object) of the table at `path`, brought up to date from
+        its log's listing, with no Spark job. Delta's internal API: `_newest_version` falls back to
+        the public one when a release changes it."""
+        jvm = self.spark._jvm
+        none = jvm.scala.Option.empty()
+        log = getattr(jvm.org.apache.spark.sql.delta, "DeltaLog").forTable(self.spark._jsparkSession, path)
+        return log.update(False, none, none)
+
     def _newest_version(self, path: str) -> int:
         try:
-            jvm = self.spark._jvm
-            none = jvm.scala.Option.empty()
-            log = getattr(jvm.org.apache.spark.sql.delta, "DeltaLog").forTable(self.spark._jsparkSession, path)
-            return int(log.update(False, none, none).version())
+            return int(self.snapshot(path).version())
         except Exception:  # a Delta release without this internal signature: the public API
             return DeltaTable.forPath(self.spark, path).history(1).collect()[0]["version"]
 

@@ -10,7 +10,6 @@ from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
-from pipeline.maintenance import snapshot
 
 CONFIG = {"log.maintenance.min.files": 4, "log.maintenance.file.retention.ms": 3600000,
           "log.maintenance.interval.ms": 60000}
@@ -41,7 +40,7 @@ def maintained(spark, tmp_path_factory):
         clock.advance(500)
         cluster.run_round()
     logs = [cluster.storage.log_path(b) for b in range(3)]
-    before = {"rows": [_rows(spark, p) for p in logs], "files": [snapshot(cluster.storage, p).numOfFiles() for p in logs],
+    before = {"rows": [_rows(spark, p) for p in logs], "files": [cluster.storage.snapshot(p).numOfFiles() for p in logs],
               "results": sorted(cluster.storage.read("results").collect()), "on_disk": _parquet_files(logs[1])}
     # what a write killed before its commit leaves: a data file no version references, 2 hours old
     some = next(f for f in os.listdir(logs[0]) if f.endswith(".parquet"))
@@ -58,7 +57,7 @@ def test_a_pass_compacts_the_small_files_of_logs_and_tables_keeping_every_row(sp
     assert all(n >= 4 for n in before["files"])  # a file or more per round
     assert {"log of broker 0", "log of broker 1", "log of broker 2", "results"} <= set(report.compacted)
     for path, rows in zip(logs, before["rows"]):
-        assert snapshot(cluster.storage, path).numOfFiles() == 1
+        assert cluster.storage.snapshot(path).numOfFiles() == 1
         assert _rows(spark, path) == rows
     assert sorted(cluster.storage.read("results").collect()) == before["results"]
     assert report.files_removed > report.files_added == len(report.compacted)
@@ -71,15 +70,15 @@ def test_vacuum_deletes_unreferenced_files_older_than_the_retention_and_keeps_th
     # the small files compaction replaced were removed just now: kept for the retention (1 hour),
     # so readers of the versions before it and the recovery of a round still find them
     assert _parquet_files(logs[1]) == before["on_disk"] + 1
-    assert snapshot(cluster.storage, logs[1]).numOfFiles() == 1
+    assert cluster.storage.snapshot(logs[1]).numOfFiles() == 1
 
 
 def test_retention_properties_are_set_once_and_the_change_feed_tables_keep_their_history(maintained):
     cluster, _, logs, _, report = maintained
     assert {"results", "rounds", "log of broker 0"} <= set(report.properties_set)
     assert "inbox" not in report.properties_set and "admin" not in report.properties_set
-    results = snapshot(cluster.storage, cluster.storage.path("results")).metadata().configuration()
-    inbox = snapshot(cluster.storage, cluster.storage.path("inbox")).metadata().configuration()
+    results = cluster.storage.snapshot(cluster.storage.path("results")).metadata().configuration()
+    inbox = cluster.storage.snapshot(cluster.storage.path("inbox")).metadata().configuration()
     assert results.apply("delta.logRetentionDuration") == "interval 604800000 milliseconds"
     assert results.apply("delta.deletedFileRetentionDuration") == "interval 3600000 milliseconds"
     # read as a change feed from the job's position: Delta's defaults (30 days of log, 7 of files)

@@ -1,6 +1,6 @@
 """Bad storage: a lost cluster table, a broker log that is not a Delta table or has a foreign
 schema, a write that fails mid-round (a full disk), a read-only log directory, and two producers
-writing the inbox at once.
+writing the inbox at once; and how a commit conflict with another writer is told from other errors.
 Each fails with a clear error (KAFKA_STORAGE_ERROR where it is Kafka's failed log dir) and writes
 nothing; after the fault heals the cluster goes on with nothing lost or doubled."""
 
@@ -10,10 +10,12 @@ import subprocess
 import threading
 
 import pytest
+from delta.exceptions import ConcurrentAppendException
 from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
+from pipeline.storage import is_concurrent_conflict
 
 START = 1_700_000_000_000
 
@@ -172,3 +174,19 @@ def test_a_read_only_log_directory_fails_the_round_then_heals_losing_and_doublin
     assert [statuses[r] for r in requests] == ["acked", "acked"]
     expected = sorted(_values(cluster, 0) + [(0, 2, "r0"), (1, 2, "r1")])
     assert _values(other, 0) == _values(other, 1) == _values(other, 2) == expected
+
+
+@pytest.mark.parametrize("error, conflict", [
+    # delta-spark's Python class for Delta's conflict (what spark.sql raises)
+    (ConcurrentAppendException("Files were added"), True),
+    # a Py4J error from DeltaTable's API carries the Java class's name in its text
+    (RuntimeError("An error occurred while calling o9.execute.\n: io.delta.exceptions.ConcurrentTransactionException:"
+                  " This error occurs when multiple streaming queries ..."), True),
+    (RuntimeError(": io.delta.exceptions.MetadataChangedException: The metadata of the Delta table has been changed"),
+     True),
+    # Java's own ConcurrentModificationException is a bug, not another writer: it is raised
+    (RuntimeError(": java.util.ConcurrentModificationException"), False),
+    (RuntimeError("[DELTA_MISSING_DELTA_TABLE] not a Delta table"), False),
+])
+def test_a_commit_conflict_with_another_writer_is_told_from_other_errors(error, conflict):
+    assert is_concurrent_conflict(error) is conflict
