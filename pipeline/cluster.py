@@ -32,6 +32,7 @@ from pipeline.replication import record_size
 from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round
 from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLIENT_QUOTAS_SCHEMA, CLUSTER_SCHEMA, GROUP_OFFSETS_SCHEMA, INBOX_SCHEMA,
                               LEASE_SCHEMA, LOG_SCHEMA, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
+from pipeline.spark import COMPILED_EXPRESSIONS, settings_restored
 from pipeline.storage import Storage, is_concurrent_conflict
 
 __all__ = ["Cluster"]
@@ -222,13 +223,17 @@ class Cluster:
         partitions = meta["partitions"] if meta is not None else None
         request_id = str(uuid.uuid4())
         now = self.clock.now_ms()
-        if isinstance(records, DataFrame):
+        if isinstance(records, DataFrame):  # any number of rows: written with compiled expressions
             df = records_frame(records, topic, partitions, request_id, acks_value, now, client)
-        else:
-            if isinstance(records, (str, bytes, dict)) or not hasattr(records, "__iter__"):
-                raise ReplogError(ErrorCode.INVALID_RECORD, "records must be a list of dicts or a DataFrame")
-            df = self.spark.createDataFrame(record_rows(records, topic, partitions, request_id, acks_value, now,
-                                                        client), INBOX_SCHEMA)
+            with settings_restored(self.spark, COMPILED_EXPRESSIONS):
+                for key, value in COMPILED_EXPRESSIONS.items():
+                    self.spark.conf.set(key, value)
+                self.storage.append_table(df, "inbox")
+            return request_id
+        if isinstance(records, (str, bytes, dict)) or not hasattr(records, "__iter__"):
+            raise ReplogError(ErrorCode.INVALID_RECORD, "records must be a list of dicts or a DataFrame")
+        df = self.spark.createDataFrame(record_rows(records, topic, partitions, request_id, acks_value, now,
+                                                    client), INBOX_SCHEMA)
         self.storage.append_table(df, "inbox")
         return request_id
 

@@ -30,6 +30,7 @@ from pipeline import replication as rules
 from pipeline.schemas import (ELECTIONS_SCHEMA, LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PARTITIONS_SCHEMA,
                               PRODUCERS_SCHEMA, REPLICA_KEY,
                               REPLICA_STATE_SCHEMA, RESULTS_SCHEMA, ROUNDS_SCHEMA)
+from pipeline.spark import COMPILED_EXPRESSIONS, settings_restored
 from pipeline.storage import Storage, current_rows, is_concurrent_conflict
 
 __all__ = ["RoundReport", "RoundInputs", "Carry", "CARRIED_TABLES", "run_round", "idle_round", "last_round_phases"]
@@ -1190,7 +1191,7 @@ _SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 # 1,000,000 records, 100 partitions, rounds 1-3 took 61.8 / 28.1 / 24.4 s interpreted and
 # 41.5 / 22.3 / 17.0 s compiled (jobs/benchmark.py --scenario throughput --max-rounds 3)
 BULK_ROWS_FOR_CODEGEN = 100_000
-_CODEGEN = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
+_CODEGEN = COMPILED_EXPRESSIONS
 
 
 def shuffle_partitions_for(new_records: int, configured: int) -> int:
@@ -1203,16 +1204,8 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
     """One fetch round: leader append, follower fetch, ISR, high watermark, acks, metrics. Returns
     its report and what it carries to the next round (`carry` is the previous round's). A bulk
     round's Spark settings (shuffle partitions, code generation) hold for that round only."""
-    keys = (_SHUFFLE_PARTITIONS, *_CODEGEN)
-    configured = {k: spark.conf.get(k, None) for k in keys}
-    try:
+    with settings_restored(spark, (_SHUFFLE_PARTITIONS, *_CODEGEN)) as configured:
         return _run_round(spark, storage, inputs, carry, int(configured[_SHUFFLE_PARTITIONS]))
-    finally:
-        for key, value in configured.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 def _bulk_settings(spark: SparkSession, new_records: int, last_replicated: int, shuffle_partitions: int) -> None:

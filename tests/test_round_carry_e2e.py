@@ -1,6 +1,10 @@
 """A round carries its pinned state to the next round of the same process (round.Carry) instead
 of re-reading the tables it has just written; a commit by anyone else to those tables makes the
-next round read them again."""
+next round read them again. Bulk work (a backlog round, a produced DataFrame) gets Spark settings of
+its own for its duration."""
+
+import pytest
+from pyspark.sql import functions as F
 
 from pipeline import Cluster
 from pipeline import round as round_module
@@ -120,3 +124,45 @@ def test_a_bulk_round_shuffles_over_more_partitions_and_compiles_its_expressions
     assert committed(cluster, "t") == {0: 7, 1: 6, 2: 6}
     assert sorted(bytes(r["value"]).decode() for r in cluster.read("t").collect()) == sorted(
         [f"v{i}" for i in range(18)] + ["w"])
+
+
+def test_a_produced_dataframe_is_written_with_compiled_expressions_and_the_session_keeps_its_own(
+        new_cluster, spark, clock, monkeypatch):
+    """produce() of a DataFrame (any number of rows: a bulk load is one) writes the inbox with
+    compiled expressions, which the session's small-round settings leave off; a list of dicts is
+    written with the session's own. The session's settings are back afterwards, also when the
+    write fails."""
+    cluster = new_cluster(brokers=2)
+    cluster.create_topic("t", partitions=2, replication_factor=2)
+    keys = ("spark.sql.codegen.wholeStage", "spark.sql.codegen.factoryMode")
+    configured = tuple(spark.conf.get(k) for k in keys)
+    assert configured == ("false", "NO_CODEGEN")
+    seen = []
+    append_table = type(cluster.storage).append_table
+
+    def observed(storage, df, table, *args, **kwargs):
+        if table == "inbox":
+            seen.append(tuple(spark.conf.get(k) for k in keys))
+        return append_table(storage, df, table, *args, **kwargs)
+
+    monkeypatch.setattr(type(cluster.storage), "append_table", observed)
+    rows = spark.range(6).select((F.col("id") % 2).cast("int").alias("partition"),
+                                 F.concat(F.lit("d"), F.col("id").cast("string")).alias("value"))
+    cluster.produce("t", rows, acks="all")
+    cluster.produce("t", [{"value": "l0", "partition": 0}], acks="all")
+    assert seen == [("true", "FALLBACK"), configured]
+    assert tuple(spark.conf.get(k) for k in keys) == configured
+
+    def failing(storage, df, table, *args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(type(cluster.storage), "append_table", failing)
+    with pytest.raises(OSError):
+        cluster.produce("t", rows)
+    assert tuple(spark.conf.get(k) for k in keys) == configured
+    monkeypatch.setattr(type(cluster.storage), "append_table", append_table)
+    for _ in range(3):
+        clock.advance(500)
+        cluster.run_round()
+    assert sorted(bytes(r["value"]).decode() for r in cluster.read("t").collect()) == sorted(
+        [f"d{i}" for i in range(6)] + ["l0"])
