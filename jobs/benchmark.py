@@ -41,6 +41,15 @@ and in their `_delta_log` directories before and after; the median seconds of `s
 after the pass. Writes benchmarks/maintenance.json.
 
     .venv/bin/python jobs/benchmark.py --scenario maintenance --partitions 100 --rounds 100 --changed 100
+
+Scenario `produce` (issue 7, target 1: getting a bulk load into the inbox): produce() of a DataFrame
+of N records (V-byte values, explicit partitions, as the throughput scenario's) writes the inbox
+with compiled expressions, where the session interprets them for rounds. Side by side, repeated
+R times (`--rounds`) and interleaved: the inbox write as produce() does it, the same write with
+the session's interpreted expressions, and the raw append of the rows to one Delta table both
+ways. Reported: medians and the ratio. Writes benchmarks/produce.json.
+
+    .venv/bin/python jobs/benchmark.py --scenario produce --records 1000000 --rounds 3
 """
 
 from __future__ import annotations
@@ -230,6 +239,63 @@ def throughput(spark, records: int, partitions: int, value_bytes: int, max_round
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def produce_run(spark, records: int, partitions: int, value_bytes: int, repeats: int) -> dict:
+    from pipeline.produce import records_frame
+    from pipeline.spark import COMPILED_EXPRESSIONS, settings_restored
+
+    workdir = tempfile.mkdtemp(prefix="bench-produce-")
+    try:
+        rows = spark.range(records).select(
+            (F.col("id") % partitions).cast("int").alias("partition"),
+            F.expr(f"CAST(repeat('x', {value_bytes}) AS BINARY)").alias("value"))
+        cluster = Cluster.create(spark, os.path.join(workdir, "cluster"), brokers=3, clock=ManualClock(start_ms=0))
+        cluster.create_topic("bench", partitions=partitions, replication_factor=3)
+        times: dict[str, list[float]] = {k: [] for k in ("produce", "interpreted_inbox", "raw_compiled",
+                                                         "raw_interpreted")}
+        for n in range(repeats):
+            started = time.perf_counter()
+            cluster.produce("bench", rows, acks=1)  # compiled for its write
+            times["produce"].append(time.perf_counter() - started)
+            # the same inbox write with the session's own (interpreted) settings
+            df = records_frame(rows, "bench", partitions, f"interpreted-{n}", 1, 0)
+            started = time.perf_counter()
+            cluster.storage.append_table(df, "inbox")
+            times["interpreted_inbox"].append(time.perf_counter() - started)
+            for name, compiled in (("raw_compiled", True), ("raw_interpreted", False)):
+                with settings_restored(spark, COMPILED_EXPRESSIONS):
+                    if compiled:
+                        for key, value in COMPILED_EXPRESSIONS.items():
+                            spark.conf.set(key, value)
+                    started = time.perf_counter()
+                    rows.write.format("delta").mode("append").save(os.path.join(workdir, name))
+                    times[name].append(time.perf_counter() - started)
+            print(f"produce repeat {n + 1}/{repeats}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in times.items()),
+                  flush=True)
+        medians = {f"{k}_median_s": statistics.median(v) for k, v in times.items()}
+        return {"records": records, "partitions": partitions, "value_bytes": value_bytes, "repeats": repeats,
+                "seconds": times, **medians,
+                "interpreted_over_produce": medians["interpreted_inbox_median_s"] / medians["produce_median_s"]}
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def produce_table(data: dict) -> str:
+    r = data["results"]
+
+    def rate(seconds: float) -> str:
+        return f"{r['records'] / seconds:,.0f}"
+    return "\n".join([
+        f"Machine: {data['machine']}. Command: `{data['command']}`.", "",
+        "| medians of {} | seconds | records/s |".format(r["repeats"]), "|---|---|---|",
+        f"| produce() of the DataFrame (compiled) | {r['produce_median_s']:.1f} | {rate(r['produce_median_s'])} |",
+        f"| the same inbox write, interpreted | {r['interpreted_inbox_median_s']:.1f} "
+        f"| {rate(r['interpreted_inbox_median_s'])} |",
+        f"| raw Delta append, compiled | {r['raw_compiled_median_s']:.1f} | {rate(r['raw_compiled_median_s'])} |",
+        f"| raw Delta append, interpreted | {r['raw_interpreted_median_s']:.1f} "
+        f"| {rate(r['raw_interpreted_median_s'])} |",
+        "", f"Interpreted / compiled inbox write: {r['interpreted_over_produce']:.1f}x."])
+
+
 def freshness(spark, partitions: int, rate: int, seconds: int, seed: int) -> dict:
     import subprocess
     import sys
@@ -404,7 +470,7 @@ def update_readme(path: str, text: str, scenario: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenario", choices=["fetch-sessions", "throughput", "freshness", "maintenance"],
+    parser.add_argument("--scenario", choices=["fetch-sessions", "throughput", "freshness", "maintenance", "produce"],
                         default="fetch-sessions")
     parser.add_argument("--rate", type=int, default=1000, help="freshness: records produced per second")
     parser.add_argument("--seconds", type=int, default=180, help="freshness: how long the producer runs")
@@ -414,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, nargs="+",
                         help="fetch-sessions: P values (default 1000 10000 100000); throughput: one P (default 100)")
     parser.add_argument("--changed", type=int, default=100, help="partitions produced to per round (k)")
-    parser.add_argument("--rounds", type=int, default=20, help="measured active rounds per P (maintenance: rounds before the pass)")
+    parser.add_argument("--rounds", type=int, default=20, help="measured active rounds per P (maintenance: rounds before the pass; produce: repeats)")
     parser.add_argument("--warm-up", type=int, default=3)
     parser.add_argument("--idle-rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=227)
@@ -441,6 +507,13 @@ def main(argv: list[str] | None = None) -> int:
                 "command": f"jobs/benchmark.py --scenario freshness --partitions {partitions} --rate {args.rate} "
                            f"--seconds {args.seconds}"}
         return _write(data, out, freshness_table(data), args.readme, plotted=False)
+    if args.scenario == "produce":
+        partitions = args.partitions[0] if args.partitions else 100
+        result = produce_run(spark, args.records, partitions, args.value_bytes, args.rounds)
+        data = {"scenario": args.scenario, "machine": machine, "results": result,
+                "command": f"jobs/benchmark.py --scenario produce --records {args.records} --partitions {partitions} "
+                           f"--value-bytes {args.value_bytes} --rounds {args.rounds}"}
+        return _write(data, out, produce_table(data), args.readme, plotted=False)
     if args.scenario == "maintenance":
         partitions = args.partitions[0] if args.partitions else 100
         window = 20
