@@ -27,7 +27,7 @@ from pipeline.clock import Clock, SystemClock
 from pipeline.config import (CLUSTER_KEYS, LONG_MAX, TOPIC_KEYS, to_json, validate_cluster_config, validate_topic_config,
                              with_defaults)
 from pipeline.errors import ErrorCode, ReplogError
-from pipeline.produce import check_client, parse_acks, record_rows, records_frame
+from pipeline.produce import check_client, is_bulk, parse_acks, record_rows, records_frame
 from pipeline.replication import record_size
 from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round
 from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLIENT_QUOTAS_SCHEMA, CLUSTER_SCHEMA, GROUP_OFFSETS_SCHEMA, INBOX_SCHEMA,
@@ -223,11 +223,12 @@ class Cluster:
         partitions = meta["partitions"] if meta is not None else None
         request_id = str(uuid.uuid4())
         now = self.clock.now_ms()
-        if isinstance(records, DataFrame):  # any number of rows: written with compiled expressions
+        if isinstance(records, DataFrame):  # a bulk load is written with compiled expressions
             df = records_frame(records, topic, partitions, request_id, acks_value, now, client)
             with settings_restored(self.spark, COMPILED_EXPRESSIONS):
-                for key, value in COMPILED_EXPRESSIONS.items():
-                    self.spark.conf.set(key, value)
+                if is_bulk(df):
+                    for key, value in COMPILED_EXPRESSIONS.items():
+                        self.spark.conf.set(key, value)
                 self.storage.append_table(df, "inbox")
             return request_id
         if isinstance(records, (str, bytes, dict)) or not hasattr(records, "__iter__"):

@@ -80,6 +80,22 @@ def record_rows(records: Iterable[dict], topic: str, partitions: int | None, req
     return rows
 
 
+# A produced DataFrame whose plan Spark estimates at this many bytes or more is written with compiled
+# expressions (pipeline/spark.py): 1,000,000 records of 100 bytes took 3.6 s compiled against 27.6 s
+# interpreted, but 1,000 took 1.08 s against 0.24 s (a compile per write: the request id and time are
+# literals in the plan). jobs/benchmark.py --scenario produce
+BULK_BYTES_FOR_CODEGEN = 10_000_000
+
+
+def is_bulk(df: DataFrame) -> bool:
+    """Whether Spark's size estimate of `df`'s plan (no job runs) reaches BULK_BYTES_FOR_CODEGEN;
+    False when it cannot say."""
+    try:
+        return int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())) >= BULK_BYTES_FOR_CODEGEN
+    except Exception:  # an estimate is an optimization only
+        return False
+
+
 def records_frame(df: DataFrame, topic: str, partitions: int | None, request_id: str, acks: int,
                   now_ms: int, client: tuple[str | None, str | None] = (None, None)) -> DataFrame:
     """Inbox rows for a DataFrame of records (columns key, value, optional partition)."""

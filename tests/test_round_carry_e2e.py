@@ -126,12 +126,13 @@ def test_a_bulk_round_shuffles_over_more_partitions_and_compiles_its_expressions
         [f"v{i}" for i in range(18)] + ["w"])
 
 
-def test_a_produced_dataframe_is_written_with_compiled_expressions_and_the_session_keeps_its_own(
+def test_a_bulk_produced_dataframe_is_written_with_compiled_expressions_and_the_session_keeps_its_own(
         new_cluster, spark, clock, monkeypatch):
-    """produce() of a DataFrame (any number of rows: a bulk load is one) writes the inbox with
-    compiled expressions, which the session's small-round settings leave off; a list of dicts is
-    written with the session's own. The session's settings are back afterwards, also when the
-    write fails."""
+    """produce() of a DataFrame that Spark estimates at BULK_BYTES_FOR_CODEGEN bytes or more (a bulk
+    load) writes the inbox with compiled expressions, which the session's small-round settings leave
+    off; a smaller DataFrame, or a list of dicts, is written with the session's own. The session's
+    settings are back afterwards, also when the write fails."""
+    from pipeline import produce as produce_module
     cluster = new_cluster(brokers=2)
     cluster.create_topic("t", partitions=2, replication_factor=2)
     keys = ("spark.sql.codegen.wholeStage", "spark.sql.codegen.factoryMode")
@@ -148,9 +149,13 @@ def test_a_produced_dataframe_is_written_with_compiled_expressions_and_the_sessi
     monkeypatch.setattr(type(cluster.storage), "append_table", observed)
     rows = spark.range(6).select((F.col("id") % 2).cast("int").alias("partition"),
                                  F.concat(F.lit("d"), F.col("id").cast("string")).alias("value"))
-    cluster.produce("t", rows, acks="all")
+    assert not produce_module.is_bulk(rows)
+    cluster.produce("t", rows, acks="all")  # 6 rows: the session's settings
+    monkeypatch.setattr(produce_module, "BULK_BYTES_FOR_CODEGEN", 1)
+    assert produce_module.is_bulk(rows)
+    cluster.produce("t", rows, acks="all")  # "bulk": compiled
     cluster.produce("t", [{"value": "l0", "partition": 0}], acks="all")
-    assert seen == [("true", "FALLBACK"), configured]
+    assert seen == [configured, ("true", "FALLBACK"), configured]
     assert tuple(spark.conf.get(k) for k in keys) == configured
 
     def failing(storage, df, table, *args, **kwargs):
@@ -165,4 +170,4 @@ def test_a_produced_dataframe_is_written_with_compiled_expressions_and_the_sessi
         clock.advance(500)
         cluster.run_round()
     assert sorted(bytes(r["value"]).decode() for r in cluster.read("t").collect()) == sorted(
-        [f"d{i}" for i in range(6)] + ["l0"])
+        [f"d{i}" for i in range(6)] * 2 + ["l0"])
