@@ -198,19 +198,30 @@ def plot(data: dict, path: str) -> bool:
     return True
 
 
+def _bulk_rows(spark, records: int, partitions: int, value_bytes: int):
+    """N records of V-byte values with explicit partitions (the throughput and produce scenarios')."""
+    return spark.range(records).select(
+        (F.col("id") % partitions).cast("int").alias("partition"),
+        F.expr(f"CAST(repeat('x', {value_bytes}) AS BINARY)").alias("value"))
+
+
+def _bench_cluster(workdir: str, spark, partitions: int) -> tuple:
+    """(cluster, clock): 3 brokers, one RF-3 topic `bench` of P partitions, under workdir."""
+    clock = ManualClock(start_ms=0)
+    cluster = Cluster.create(spark, os.path.join(workdir, "cluster"), brokers=3, clock=clock)
+    cluster.create_topic("bench", partitions=partitions, replication_factor=3)
+    return cluster, clock
+
+
 def throughput(spark, records: int, partitions: int, value_bytes: int, max_rounds: int) -> dict:
     workdir = tempfile.mkdtemp(prefix="bench-throughput-")
     try:
-        rows = spark.range(records).select(
-            (F.col("id") % partitions).cast("int").alias("partition"),
-            F.expr(f"CAST(repeat('x', {value_bytes}) AS BINARY)").alias("value"))
+        rows = _bulk_rows(spark, records, partitions, value_bytes)
         started = time.perf_counter()  # the raw write limit: the same rows, appended once
         rows.write.format("delta").save(os.path.join(workdir, "raw"))
         raw_s = time.perf_counter() - started
 
-        clock = ManualClock(start_ms=0)
-        cluster = Cluster.create(spark, os.path.join(workdir, "cluster"), brokers=3, clock=clock)
-        cluster.create_topic("bench", partitions=partitions, replication_factor=3)
+        cluster, clock = _bench_cluster(workdir, spark, partitions)
         rounds = []
         started = time.perf_counter()
         cluster.produce("bench", rows, acks=1)
@@ -246,11 +257,8 @@ def produce_run(spark, records: int, partitions: int, value_bytes: int, repeats:
 
     workdir = tempfile.mkdtemp(prefix="bench-produce-")
     try:
-        rows = spark.range(records).select(
-            (F.col("id") % partitions).cast("int").alias("partition"),
-            F.expr(f"CAST(repeat('x', {value_bytes}) AS BINARY)").alias("value"))
-        cluster = Cluster.create(spark, os.path.join(workdir, "cluster"), brokers=3, clock=ManualClock(start_ms=0))
-        cluster.create_topic("bench", partitions=partitions, replication_factor=3)
+        rows = _bulk_rows(spark, records, partitions, value_bytes)
+        cluster, _ = _bench_cluster(workdir, spark, partitions)
         times: dict[str, list[float]] = {k: [] for k in ("produce", "interpreted_inbox", "raw_compiled",
                                                          "raw_interpreted")}
         for n in range(repeats):
