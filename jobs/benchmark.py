@@ -253,7 +253,7 @@ def throughput(spark, records: int, partitions: int, value_bytes: int, max_round
 
 def produce_run(spark, records: int, partitions: int, value_bytes: int, repeats: int) -> dict:
     from pipeline.produce import records_frame
-    from pipeline.spark import COMPILED_EXPRESSIONS, settings_restored
+    from pipeline.spark import COMPILED_EXPRESSIONS, apply_settings, settings_restored
 
     workdir = tempfile.mkdtemp(prefix="bench-produce-")
     try:
@@ -273,8 +273,7 @@ def produce_run(spark, records: int, partitions: int, value_bytes: int, repeats:
             for name, compiled in (("raw_compiled", True), ("raw_interpreted", False)):
                 with settings_restored(spark, COMPILED_EXPRESSIONS):
                     if compiled:
-                        for key, value in COMPILED_EXPRESSIONS.items():
-                            spark.conf.set(key, value)
+                        apply_settings(spark, COMPILED_EXPRESSIONS)
                     started = time.perf_counter()
                     rows.write.format("delta").mode("append").save(os.path.join(workdir, name))
                     times[name].append(time.perf_counter() - started)

@@ -30,7 +30,7 @@ from pipeline import replication as rules
 from pipeline.schemas import (ELECTIONS_SCHEMA, LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PARTITIONS_SCHEMA,
                               PRODUCERS_SCHEMA, REPLICA_KEY,
                               REPLICA_STATE_SCHEMA, RESULTS_SCHEMA, ROUNDS_SCHEMA)
-from pipeline.spark import COMPILED_EXPRESSIONS, settings_restored
+from pipeline.spark import COMPILED_EXPRESSIONS, apply_settings, settings_restored
 from pipeline.storage import Storage, current_rows, is_concurrent_conflict
 
 __all__ = ["RoundReport", "RoundInputs", "Carry", "CARRIED_TABLES", "run_round", "idle_round", "last_round_phases"]
@@ -1211,8 +1211,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
 def _bulk_settings(spark: SparkSession, new_records: int, last_replicated: int, shuffle_partitions: int) -> None:
     spark.conf.set(_SHUFFLE_PARTITIONS, shuffle_partitions_for(new_records, shuffle_partitions))
     if max(new_records, last_replicated) >= BULK_ROWS_FOR_CODEGEN:
-        for key, value in _CODEGEN.items():
-            spark.conf.set(key, value)
+        apply_settings(spark, _CODEGEN)
 
 
 def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry: Carry | None,

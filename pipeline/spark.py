@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from pipeline.jvm_lookups import remember_jvm_lookups
 
-__all__ = ["get_spark", "delta_jars", "SparkSetupError", "COMPILED_EXPRESSIONS", "settings_restored"]
+__all__ = ["get_spark", "delta_jars", "SparkSetupError", "COMPILED_EXPRESSIONS", "settings_restored", "apply_settings"]
 
 remember_jvm_lookups()  # every process that imports the pipeline: see jvm_lookups.py
 
@@ -80,6 +80,12 @@ def settings_restored(spark: SparkSession, keys: Iterable[str]) -> Iterator[dict
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
+
+
+def apply_settings(spark: SparkSession, settings: dict[str, str]) -> None:
+    """Sets the session's SQL settings (inside `settings_restored`, for one block of work)."""
+    for key, value in settings.items():
+        spark.conf.set(key, value)
 
 
 class SparkSetupError(RuntimeError):
