@@ -222,12 +222,13 @@ def fetch_response_records(fetch_df: DataFrame, leader_records_df: DataFrame) ->
     in_partition = Window.partitionBy("broker", *PARTITION_KEY).orderBy("offset")
     in_request = Window.partitionBy("broker", "leader").orderBy("fetch_order", *PARTITION_KEY)
     earlier = in_request.rowsBetween(Window.unboundedPreceding, -1)
+    # the limits are decided on each record's offset and size alone; the records themselves (keys
+    # and values) are joined once, to the offsets chosen, so no sort or shuffle carries them
     candidates = (
-        leader_records_df.drop("broker")
+        leader_records_df.select(*PARTITION_KEY, "offset", record_size(F.col("key"), F.col("value")).alias("_size"))
         .join(fetch_df.select("broker", "leader", *PARTITION_KEY, "fetch_offset", "partition_max_bytes",
                               "response_max_bytes", "fetch_order", *quota), on=PARTITION_KEY, how="inner")
         .filter(F.col("offset") >= F.col("fetch_offset"))
-        .withColumn("_size", record_size(F.col("key"), F.col("value")))
         .withColumn("_bytes", F.sum("_size").over(in_partition))
         .withColumn("_first", F.row_number().over(in_partition) == 1)
     )
@@ -260,12 +261,17 @@ def fetch_response_records(fetch_df: DataFrame, leader_records_df: DataFrame) ->
     else:
         allowed = first_of_response | fits
     kept = ["leader", "leader_throttled", "follower_throttled"] if throttled else []
-    return (
+    # every condition above holds for a prefix of a partition's records (the sums only grow), so
+    # what a follower gets of a partition is its records from the fetch offset to the last allowed
+    chosen = (
         candidates.join(partitions, on=["broker", "leader", *PARTITION_KEY], how="inner")
         .filter(allowed)
-        .drop("_size", "_bytes", "_first", "_fits", "_rank", "_before", "_leader_before", "_follower_before",
-              "fetch_offset", "partition_max_bytes", "response_max_bytes", "fetch_order", "leader_budget",
-              "follower_budget", *[c for c in ("leader", "leader_throttled", "follower_throttled") if c not in kept])
+        .groupBy("broker", *PARTITION_KEY, "fetch_offset", *kept).agg(F.max("offset").alias("_last"))
+    )
+    return (
+        leader_records_df.drop("broker").join(F.broadcast(chosen), on=PARTITION_KEY, how="inner")
+        .filter(F.col("offset").between(F.col("fetch_offset"), F.col("_last")))
+        .drop("fetch_offset", "_last")
     )
 
 

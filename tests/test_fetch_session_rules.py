@@ -229,3 +229,66 @@ def test_a_throttled_record_larger_than_the_budget_waits(spark):
     records = spark.createDataFrame([("t", 0, 0, None, b"0123456789", 0)], LOG)
     fetch = spark.createDataFrame([(1, 0, "t", 0, 0, 100, 100, 0, False, True, None, SIZE - 1)], THROTTLED)
     assert fetch_response_records(fetch, records).count() == 0
+
+
+def _reference_response(fetches, records):
+    """The rule read plainly, request by request (no quotas): partitions in (fetch_order, topic,
+    partition) order, each from its fetch offset while it stays within partition_max_bytes and the
+    response within response_max_bytes; the response's first record always goes; a partition cut by
+    the response's limit ends the response."""
+    sent = set()
+    requests = {}
+    for f in fetches:
+        requests.setdefault((f[0], f[1]), []).append(f)
+    for request in requests.values():
+        used, first = 0, True
+        for broker, _, topic, partition, offset, p_max, r_max, _ in sorted(request, key=lambda f: (f[7], f[2], f[3])):
+            log = sorted((r for r in records if (r[0], r[1]) == (topic, partition) and r[2] >= offset),
+                         key=lambda r: r[2])
+            if not log:
+                continue
+            fits = 0  # the partition's bytes within partition_max_bytes: what it takes of the response
+            for _, _, o, _, value, _ in log:
+                size = RECORD_OVERHEAD_BYTES + len(value)
+                if fits + size > p_max:
+                    break
+                fits += size
+                if used + fits <= r_max:
+                    sent.add((broker, partition, o))
+            if first:
+                sent.add((broker, partition, log[0][2]))
+                fits = max(fits, RECORD_OVERHEAD_BYTES + len(log[0][4]))
+            used += fits
+            first = False
+    return sent
+
+
+def test_a_response_cut_from_long_logs_with_gaps_and_large_records_matches_the_rule_read_plainly(spark):
+    """The response is decided on offsets and sizes, and the records (keys and values) joined to the
+    offsets chosen: compared with the rule computed record by record, on logs of many records,
+    compacted gaps (fetch offsets in them too), partitions of records larger than the limits, and
+    limits that cut mid-partition and mid-request."""
+    rng = random.Random(227)
+    cases = []
+    for _ in range(4):
+        records = []
+        for partition in range(10):
+            size = rng.choice((5, 20, 400, None))  # None: sizes vary
+            offset = 0
+            for _ in range(rng.randrange(0, 60)):
+                offset += rng.choice((1, 1, 1, 3)) if partition % 3 == 1 else 1  # compacted: gaps
+                records.append(("t", partition, offset, None, b"v" * (size or rng.randrange(1, 30)), 0))
+        response_max = {follower: rng.choice((SIZE * 8, SIZE * 40, 3000)) for follower in (1, 2)}
+        fetches = [(follower, 0, "t", partition, rng.randrange(0, 8), rng.choice((SIZE * 3, SIZE * 12, 1000)),
+                    response_max[follower], rng.randrange(0, 3))
+                   for follower in (1, 2) for partition in range(10)]
+        cases.append((records, fetches))
+    # the first partition's records are all over partition_max_bytes: the first still goes
+    cases.append(([("t", 0, o, None, b"v" * 400, 0) for o in range(5)], [(1, 0, "t", 0, 0, SIZE * 3, 5000, 0)]))
+    # a fetch offset in a gap (5-9), the records after it without gaps: all that fit go
+    cases.append(([("t", 0, o, None, b"v" * 10, 0) for o in (*range(5), *range(10, 60))],
+                  [(1, 0, "t", 0, 6, SIZE * 45, 5000, 0)]))
+    for n, (records, fetches) in enumerate(cases):
+        result = fetch_response_records(spark.createDataFrame(fetches, FETCH), spark.createDataFrame(records, LOG))
+        got = {(r["broker"], r["partition"], r["offset"]) for r in result.collect()}
+        assert got == _reference_response(fetches, records), f"case {n}"
