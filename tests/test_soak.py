@@ -36,3 +36,38 @@ def test_the_checker_catches_a_lost_acknowledged_record_and_a_duplicate_offset(s
     spark.sql(f"DELETE FROM delta.`{log}` WHERE topic = 'clean' AND partition = {partition} AND offset = {offset}")
     with pytest.raises(Violation, match=r"\[(acked|gap)\]"):
         checker.check()
+
+
+def test_an_errored_idempotent_batch_keeps_its_sequences_seed_104(spark, tmp_path):
+    """Seed 104 of 300 events failed [acked]: an acks=all idempotent batch appended, then answered
+    with an error (its round came 35 s after the produce, the followers had fallen out of the ISR),
+    and the soak sent new values under the same producer epoch and sequences. The leader answered
+    that batch as a duplicate of the one it held, at the first batch's offset, as Kafka's leader
+    does: duplicates are found by epoch and sequences, not by contents. The soak's producer was
+    wrong, so now an errored batch is retried as it was, or the producer bumps its epoch and
+    starts at sequence 0 (KIP-360)."""
+    soak = Soak(spark, str(tmp_path / "c"), seed=104)
+    first = {"partition": 0, "values": ["a", "b"], "base": 0, "kind": "batch", "epoch": 0}
+    soak.replay([["idempotent", first], ["wait", {"ms": 35_000}]], heal=False)
+    rid = soak.producers[0]["last"][0]
+    assert soak._status(rid) == {"error"}
+    snap = soak.checker.check()
+    leader = snap["partitions"][("clean", 0)]["leader"]
+    held = (spark.read.format("delta").load(soak.cluster.storage.log_path(leader))
+            .filter("topic = 'clean' AND partition = 0").orderBy("offset")
+            .select("offset", F.col("value").cast("string").alias("value")).collect())
+    assert [(r["offset"], r["value"]) for r in held] == [(0, "a"), (1, "b")]  # appended before the error
+
+    drawn = {(d["kind"], d["base"], d["epoch"], tuple(d["values"]) == ("a", "b"))
+             for d in (soak.draw_idempotent() for _ in range(40)) if d["partition"] == 0}
+    assert drawn == {("retry", 0, 0, True), ("batch", 0, 1, False)}
+
+    # both answers a producer may give keep every guarantee
+    soak.replay([["idempotent", {**first, "kind": "retry"}], "round", "round",
+                 ["idempotent", {"partition": 0, "values": ["c"], "base": 0, "kind": "batch", "epoch": 1}],
+                 "round", "round"], heal=False)
+    # and a batch like the old soak's is caught: new values under epoch 1, sequence 0 are answered
+    # as the duplicate of "c" (offset 2), which the checker reports as an acked record not held
+    with pytest.raises(Violation, match=r"\[acked\].*'z' at clean-0 offset 2; the leader \d holds 'c'"):
+        soak.replay([["idempotent", {"partition": 0, "values": ["z"], "base": 0, "kind": "batch", "epoch": 1}],
+                     "round", "round"], heal=False)

@@ -68,7 +68,7 @@ class Soak:
         self.lost: set[int] = set()
         self.paused: set[int] = set()
         self.throttled: set[int] = set()
-        self.producers: dict[int, dict] = {}  # partition of "clean" -> producer id, next sequence, last batch
+        self.producers: dict[int, dict] = {}  # partition of "clean" -> producer id, epoch, next sequence, last batch
         self.rounds = 0
         self.quota_rate: int | None = None  # the client's producer_byte_rate
 
@@ -114,25 +114,40 @@ class Soak:
         self._note(f"produce {topic} acks={acks} {[(p, v) for p, v in records]} -> {rid[:8]}")
 
     def draw_idempotent(self) -> dict:
+        """The next batch of the partition's idempotent producer, as Kafka's producer sends it.
+        A batch without an answer yet is retried. An errored batch's sequence is not free: the
+        error does not say whether the batch was appended (REQUEST_TIMED_OUT and
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND come after the append), and the leader answers a batch
+        with the same producer epoch and sequences as a duplicate of the one it holds, whatever its
+        values. So the producer retries it, or bumps its epoch and starts again at sequence 0
+        (KIP-360). An acked batch is sometimes retried too (a duplicate)."""
         partition = self.rng.randrange(self.topics["clean"])
-        p = self.producers.get(partition, {"seq": 0, "last": None})
+        p = self.producers.get(partition, {"seq": 0, "epoch": 0, "last": None})
         last = p["last"]
         status = self._status(last[0]) if last else {"acked"}
-        if last and (status - {"acked", "error"} or self.rng.random() < 0.25) and "error" not in status:
-            return {"partition": partition, "values": last[1], "base": last[2], "kind": "retry"}  # the same batch
-        base = last[2] if last and "error" in status else p["seq"]  # a failed batch's sequence is free
-        return {"partition": partition, "values": [self._value() for _ in range(self.rng.randint(1, 3))],
-                "base": base, "kind": "batch"}
+        if last and "error" in status and self.rng.random() < 0.5:
+            return {"partition": partition, "values": self._values(), "base": 0, "kind": "batch",
+                    "epoch": p["epoch"] + 1}
+        if last and (status != {"acked"} or self.rng.random() < 0.25):
+            return {"partition": partition, "values": last[1], "base": last[2], "kind": "retry",
+                    "epoch": last[3]}  # the same batch
+        return {"partition": partition, "values": self._values(), "base": p["seq"], "kind": "batch",
+                "epoch": p["epoch"]}
 
-    def do_idempotent(self, partition: int, values: list, base: int, kind: str) -> None:
-        p = self.producers.setdefault(partition, {"id": 1000 + partition, "seq": 0, "last": None})
-        records = [{"value": v, "partition": partition, "producer_id": p["id"], "producer_epoch": 0,
+    def _values(self) -> list[str]:
+        return [self._value() for _ in range(self.rng.randint(1, 3))]
+
+    def do_idempotent(self, partition: int, values: list, base: int, kind: str, epoch: int = 0) -> None:
+        p = self.producers.setdefault(partition, {"id": 1000 + partition, "seq": 0, "epoch": 0, "last": None})
+        records = [{"value": v, "partition": partition, "producer_id": p["id"], "producer_epoch": epoch,
                     "sequence": base + i} for i, v in enumerate(values)]
         rid = self.cluster.produce("clean", records, acks="all", client_id=CLIENT_ID)
         self.expected.requests[rid] = ("clean", -1, [(partition, v) for v in values])
-        p["seq"] = max(p["seq"], base + len(values))
-        p["last"] = (rid, values, base)
-        self._note(f"idempotent {kind} clean-{partition} pid={p['id']} seq={base}.. {values} -> {rid[:8]}")
+        p["seq"] = base + len(values) if epoch > p["epoch"] else max(p["seq"], base + len(values))
+        p["epoch"] = max(p["epoch"], epoch)
+        p["last"] = (rid, values, base, epoch)
+        self._note(f"idempotent {kind} clean-{partition} pid={p['id']} epoch={epoch} seq={base}.. {values} "
+                   f"-> {rid[:8]}")
 
     def draw_round(self) -> dict:
         return {}
