@@ -1122,6 +1122,13 @@ def _summary(appended, response, followers, followers_after, isr_changed, hw, pa
         *extra,
     ]
     union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), rows)
+    # the union has a task per partition of every step's output (41 tasks in a round of 1,000
+    # records into 100 partitions); the aggregate needs no more tasks than the round's shuffles.
+    # Side by side (two clusters, rounds interleaved in one process, a soak beside them), the
+    # summary phase's median: 0.62 s against 0.91 s (P = 100, 12 rounds each), 0.86 s against
+    # 1.03 s (P = 10,000, 6 each); bulk rounds of 400,000 records: 3.19 / 1.96 / 1.33 s against
+    # 3.68 / 2.15 / 1.85 s
+    union = union.coalesce(int(union.sparkSession.conf.get(_SHUFFLE_PARTITIONS)))
     zero = F.lit(0).cast("long")
     agg = union.agg(
         F.count("appended_broker").alias("records_appended"),
