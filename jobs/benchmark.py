@@ -336,6 +336,7 @@ def freshness(spark, partitions: int, rate: int, seconds: int, seed: int) -> dic
                 raise RuntimeError(f"the replication job did not run {JOB_WARM_UP_ROUNDS} rounds; see {log.name}")
             time.sleep(2)
         produced, visible, polls, produce_s = {}, {}, [], []
+        produced_lock = threading.Lock()  # the producer adds to `produced` while the polls read it
         started = time.monotonic()
         failure: list[BaseException] = []
 
@@ -350,24 +351,30 @@ def freshness(spark, partitions: int, rate: int, seconds: int, seed: int) -> dic
                                for i in range(rate)]
                     call = time.monotonic()
                     cluster.produce("fresh", records, acks=1)
-                    produced[batch] = time.monotonic()
-                    produce_s.append(produced[batch] - call)
+                    returned = time.monotonic()
+                    with produced_lock:
+                        produced[batch] = returned
+                    produce_s.append(returned - call)
                     batch += 1
             except BaseException as e:  # noqa: BLE001 - reported by the main thread
                 failure.append(e)
 
         sender = threading.Thread(target=producer, name="freshness-producer", daemon=True)
         sender.start()
-        while sender.is_alive() or (produced.keys() - visible.keys()
-                                    and time.monotonic() - started < seconds + 120):
-            waiting = sorted(produced.keys() - visible.keys())
-            if not waiting:
+
+        def waiting() -> list[int]:
+            with produced_lock:
+                return sorted(produced.keys() - visible.keys())
+
+        while sender.is_alive() or (waiting() and time.monotonic() - started < seconds + 120):
+            oldest = waiting()
+            if not oldest:
                 time.sleep(0.05)
                 continue
             poll_start = time.monotonic()
             seen = spark.sql(
                 "SELECT CAST(substring_index(CAST(value AS STRING), ':', 1) AS INT) AS b, count(*) AS n "
-                f"FROM replog.committed WHERE topic = 'fresh' GROUP BY 1 HAVING b >= {waiting[0]}").collect()
+                f"FROM replog.committed WHERE topic = 'fresh' GROUP BY 1 HAVING b >= {oldest[0]}").collect()
             now = time.monotonic()
             polls.append(now - poll_start)
             for r in seen:
@@ -376,8 +383,9 @@ def freshness(spark, partitions: int, rate: int, seconds: int, seed: int) -> dic
         sender.join()
         if failure:
             raise failure[0]
-        latencies = sorted(visible[b] - produced[b] for b in visible)
-        later = sorted(visible[b] - produced[b] for b in visible if b >= len(produced) // 2)
+        latency = {b: visible[b] - produced[b] for b in visible}
+        latencies = sorted(latency.values())
+        later = [s for b, s in latency.items() if b >= len(produced) // 2]
         rounds = [r.asDict() for r in cluster.rounds().orderBy("round_id").select(
             "round_id", "duration_ms", "records_appended", "active_partitions", "isr_shrinks", "isr_expands").collect()]
         durations = [r["duration_ms"] / 1000 for r in rounds if r["records_appended"]]  # rounds with traffic
@@ -501,7 +509,8 @@ def freshness_table(data: dict) -> str:
 
 
 def _round_line(r: dict) -> list[str]:
-    """The job's rounds: how many, what one appended, and its micro-batch (a round and what follows it)."""
+    """The job's rounds with traffic: how many, what one appended, and its micro-batch (the round and
+    what follows it; the round's own median is the table's)."""
     figures, batches = r.get("round_figures") or [], r.get("micro_batch_s") or []
     active = [f for f in figures if f["records_appended"]]
     if not active:
@@ -509,11 +518,11 @@ def _round_line(r: dict) -> list[str]:
     median = lambda k: statistics.median(f[k] for f in active)
     # micro-batch i ran round i + 1 (the job's rounds are the only ones on the benchmark's cluster)
     mine = [batches[f["round_id"] - 1] for f in active if f["round_id"] <= len(batches)]
-    batch = f"; their micro-batches {statistics.median(mine):.1f} s" if mine else ""
+    batch = f", their micro-batches {statistics.median(mine):.1f} s" if mine else ""
     later = r.get("p50_second_half_s")
     return ["", f"Rounds that appended: {len(active)} of {len(figures)}; per such round, medians: "
                 f"{median('records_appended'):,.0f} records appended, {median('active_partitions'):,.0f} active "
-                f"partitions, {median('duration_ms') / 1000:.1f} s{batch}."
+                f"partitions{batch}."
                 + (f" p50 of the second half of the produces: {later:.1f} s." if later is not None else "")]
 
 
