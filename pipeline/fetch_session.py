@@ -25,7 +25,7 @@ from pipeline.errors import ErrorCode
 __all__ = [
     "INITIAL_EPOCH", "FINAL_EPOCH", "INVALID_SESSION_ID", "EVICTION_MS", "Session", "Handle", "Context",
     "next_epoch", "is_evictable_by_privileged", "is_evictable_by_all", "try_evict", "new_session_id",
-    "new_context", "incremental_request", "must_respond", "cached_high_watermark", "sessions_to_json",
+    "new_context", "follow_up", "incremental_request", "must_respond", "cached_high_watermark", "sessions_to_json",
     "sessions_from_json", "SESSION_PARTITION_KEY", "REPLICA_FETCHER_PREFIX", "replica_fetcher",
     "round_contexts",
 ]
@@ -230,6 +230,18 @@ def cached_high_watermark(high_watermark: Column, error_code: Column) -> Column:
     """The HW the leader caches after responding: -1 for a partition that returned an error, so the
     partition is sent again once the error clears."""
     return F.when(error_code.isNotNull(), F.lit(-1).cast("long")).otherwise(high_watermark)
+
+
+def follow_up(sessions: list[Session], handles: list[Handle], session_ids: set[int]
+              ) -> tuple[list[Session], list[Handle]]:
+    """The follow-up fetch of a round (a fetcher's next request, sent as soon as it appended a
+    response with records) in each session of `session_ids`: an incremental request at the epoch
+    the session expects, so both sides move to the next epoch (it is used at the same time)."""
+    if not session_ids:
+        return sessions, handles
+    return ([replace(s, epoch=next_epoch(s.epoch)) if s.session_id in session_ids else s for s in sessions],
+            [replace(h, epoch=next_epoch(h.epoch)) if h.session_id in session_ids and h.epoch > 0 else h
+             for h in handles])
 
 
 def round_contexts(sessions: list[Session], handles: list[Handle], pairs: dict[tuple[int, int], int],

@@ -896,10 +896,16 @@ def _with_isr(df: DataFrame, isr_changed: DataFrame) -> DataFrame:
 
 
 def _high_watermark(replicas: DataFrame, followers: DataFrame, isr_changed: DataFrame, now: int,
-                    down: list[int]) -> DataFrame:
+                    down: list[int], start: DataFrame | None = None) -> DataFrame:
+    """The leaders' HW after the followers' fetches, from the HW before the round or, after the
+    follow-up fetch, from `start` (topic, partition, high_watermark: the HW after the first)."""
     leader = replicas.filter("is_leader").withColumn("fetch_offset", F.col("leader_leo"))
     every = leader.unionByName(followers.drop("fetched"), allowMissingColumns=True)
     hw_input = _with_isr(every, isr_changed).withColumn("high_watermark", F.col("leader_hw_before"))
+    if start is not None:
+        hw_input = (hw_input.join(start.select(*PARTITION_KEY, F.col("high_watermark").alias("_start")),
+                                  on=PARTITION_KEY, how="left")
+                    .withColumn("high_watermark", F.coalesce(F.col("_start"), F.col("high_watermark"))).drop("_start"))
     return rules.maybe_increment_leader_hw(hw_input, now, down).localCheckpoint()
 
 
@@ -1039,6 +1045,53 @@ def _followers_after(fetching: DataFrame, response: DataFrame, hw: DataFrame, re
     ).localCheckpoint()
 
 
+def _follow_up_fetch(replicas: DataFrame, followers: DataFrame, followers_after: DataFrame,
+                     isr_changed: DataFrame, hw: DataFrame, now: int, down: list[int]
+                     ) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """A Kafka fetcher sends its next fetch as soon as it has appended a response; its fetch offset
+    (its new LEO) tells the leader what it wrote, and the leader's HW moves on at once
+    (Partition.updateFollowerFetchState, then maybeIncrementLeaderHW). Here the followers that
+    received records this round send that fetch in the same round, at the same time: the leader
+    updates their fetch state (Replica.updateFetchState), recomputes the HW, and its response
+    carries the new HW (in a session, the partition is in the incremental response when the HW
+    changed), so the follower sets its HW to min(leader HW, own LEO). A follower that received no
+    records sends nothing more this round (Kafka's leader holds such a fetch until
+    replica.fetch.wait.max.ms), and learns a new HW in the next round.
+
+    Returns (followers after the round, the leaders' HW after it, the follow-up rows: broker,
+    leader, topic, partition, fetch_kind, request_session_id, hw_changed)."""
+    received = followers_after.filter(F.col("records_received") > 0)
+    fetched = rules.update_follower_fetch_state(received.withColumn("fetch_offset", F.col("log_end_offset")), now)
+    updated = ["fetch_offset", "last_caught_up_time_ms", "last_fetch_leader_leo", "last_fetch_time_ms"]
+    changes = fetched.select(*REPLICA_KEY, *[F.col(c).alias(f"_new_{c}") for c in updated])
+
+    def with_changes(df: DataFrame) -> DataFrame:
+        joined = df.join(changes, on=REPLICA_KEY, how="left")
+        return joined.withColumns({c: F.coalesce(F.col(f"_new_{c}"), F.col(c)) for c in updated}) \
+            .drop(*[f"_new_{c}" for c in updated])
+
+    hw_after = _high_watermark(replicas, with_changes(followers), isr_changed, now, down, start=hw)
+    new_hw = hw_after.select(*PARTITION_KEY, F.col("high_watermark").alias("_hw2"))
+    in_session = F.col("session_id") != sessions.INVALID_SESSION_ID
+    follow_up = F.col("_new_fetch_offset").isNotNull()
+    after = (
+        followers_after.join(changes, on=REPLICA_KEY, how="left").join(new_hw, on=PARTITION_KEY, how="left")
+        .withColumns({c: F.coalesce(F.col(f"_new_{c}"), F.col(c)) for c in updated})
+        .withColumn("high_watermark", F.when(follow_up, F.least(F.col("_hw2"), F.col("log_end_offset")))
+                    .otherwise(F.col("high_watermark")))
+        .withColumn("session_high_watermark", F.when(follow_up & in_session, F.col("_hw2"))
+                    .otherwise(F.col("session_high_watermark")))
+        .withColumn("_followed_up", follow_up)
+        .withColumn("_hw_moved", F.col("_hw2") != F.col("_leader_hw"))
+        .withColumn("_leader_hw", F.col("_hw2"))
+        .withColumn("is_settled", _settled("leader_leo", "_leader_hw"))
+        .drop(*[f"_new_{c}" for c in updated], "_hw2")
+    ).localCheckpoint()
+    follow_ups = after.filter("_followed_up").select(
+        "broker", "leader", *PARTITION_KEY, "fetch_kind", "request_session_id", F.col("_hw_moved").alias("hw_changed"))
+    return after.drop("_followed_up", "_hw_moved"), hw_after, follow_ups
+
+
 def _settled(leader_leo: str, leader_hw: str) -> Any:
     """An in-sync follower at the leader's LEO, HW and log start, known to the leader: nothing to
     replicate. (A follower outside the ISR is never settled: it has to fetch its way back in.)"""
@@ -1135,8 +1188,9 @@ def _summary(appended, response, followers, followers_after, isr_changed, hw, pa
         F.collect_set("appended_broker").alias("leader_brokers"),
         F.count("response_broker").alias("records_replicated"),
         F.collect_set("response_broker").alias("follower_brokers"),
-        F.count("requested").alias("fetch_request_partitions"),
-        F.count("responded").alias("fetch_response_partitions"),
+        (F.count("requested") + F.count("follow_up_requested")).alias("fetch_request_partitions"),
+        (F.count("responded") + F.count("follow_up_responded")).alias("fetch_response_partitions"),
+        F.collect_set("followed_up_session").alias("followed_up_sessions"),
         F.collect_list("session_size_delta").alias("session_size_deltas"),
         (F.collect_list("throttled_bytes") if "throttled_bytes" in union.columns
          else F.array()).alias("throttled_byte_rows"),
@@ -1278,6 +1332,8 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     response = rules.fetch_response_records(fetching.withColumnRenamed("last_data_round", "fetch_order"),
                                             source if old is None else source.unionByName(old)).localCheckpoint()
     followers_after = _followers_after(fetching, response, hw, replicas, round_id)
+    followers_after, hw, follow_ups = _follow_up_fetch(                             # 3-4 again: follow-up
+        replicas, followers, followers_after, isr_changed, hw, now, (inputs.controller or {}).get("down") or [])
 
     partitions_now = _with_isr(meta, isr_changed).join(hw, on=PARTITION_KEY, how="left")   # 6. acks
     new_leaders = None if elections is None else \
@@ -1309,6 +1365,7 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
         extra.append(truncations.select(F.col("broker").alias("truncated_broker")))
     if step.dropped is not None:
         extra.append(step.dropped.select(F.lit(1).alias("dropped_replica")))
+    extra += _follow_up_rows(fetching, follow_ups)
     figures = _summary(appended, response, followers, followers_after, isr_changed, hw, partitions_now,
                        results, pending_after, state_out, prefixes, producers_out, requested, extra,
                        before=None if work is None else meta if meta_rows is meta_before
@@ -1334,11 +1391,18 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     appends = [(log_rows.filter(F.col("broker") == broker).select(*LOG_SCHEMA.fieldNames()), storage.log_path(broker))
                for broker in sorted(set(figures["leader_brokers"]) | set(figures["follower_brokers"]))]
     appends += [(df, storage.path(table)) for df, table, rows in (
-        (elections, "elections", figures["election_rows"]), (state_out, "replica_state", figures["state_rows"]),
-        (producers_out, "producers", figures["producer_batches"]), (results, "results", figures["result_rows"]))
+        (elections, "elections", figures["election_rows"]), (producers_out, "producers", figures["producer_batches"]))
         if rows]
-    storage.append_all(appends, round_id)
-    watch.lap("commit logs, state, producers, results")
+    # the HW (replica_state) and the acks it allows (results) only once the records below it are in
+    # every log: the follow-up fetch moves the HW over records this round appends, and a reader of
+    # replog.committed must never find the HW past what the leader's log shows
+    answers = [(df, storage.path(table)) for df, table, rows in (
+        (state_out, "replica_state", figures["state_rows"]), (results, "results", figures["result_rows"])) if rows]
+    if appends:
+        storage.append_all(appends, round_id)
+        watch.lap("commit logs, elections, producers")
+    storage.append_all(answers, round_id)
+    watch.lap("commit state, results")
     for broker in sorted(figures["prefix_brokers"]):
         storage.delete_log_prefixes(broker, prefixes.filter(F.col("broker") == broker)
                                     .select(*PARTITION_KEY, "log_start_offset"), round_id)
@@ -1347,6 +1411,8 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     watch.lap("commit prefixes")
     deltas = {d["session_id"]: d["size_delta"] for d in figures["session_size_deltas"]}
     after = [replace(s, size=s.size + deltas.get(s.session_id, 0)) for s in inputs.sessions_after]
+    after, handles_after = sessions.follow_up(after, inputs.handles_after, set(figures["followed_up_sessions"]))
+    inputs = replace(inputs, handles_after=handles_after)
     report = RoundReport(
         round_id=round_id, now_ms=now, inbox_version=inbox_version, admin_version=admin_version,
         retention_checked_ms=now if inputs.retention_due else inputs.last_retention_check_ms,
@@ -1371,6 +1437,23 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     watch.lap("carry")
     watch.stop()
     return report, carry_out
+
+
+def _follow_up_rows(fetching: DataFrame, follow_ups: DataFrame) -> list[DataFrame]:
+    """The follow-up fetches' rows for the summary. In a session the follow-up is incremental: it
+    carries the partitions whose fetch offset moved, and its response those whose HW moved
+    (KIP-227). Without one (replication.fetch.mode=full, or no room in the cache) it is a full
+    request again: every partition the follower fetches from that leader, in request and response."""
+    in_session = F.col("fetch_kind").isin("full", "incremental") & (
+        F.col("request_session_id") != sessions.INVALID_SESSION_ID)
+    pairs = follow_ups.filter(~in_session).select("broker", "leader").distinct()
+    full = (fetching.filter(~in_session).join(pairs, on=["broker", "leader"], how="left_semi")
+            .select(F.lit(1).alias("follow_up_requested"), F.lit(1).alias("follow_up_responded")))
+    incremental = follow_ups.filter(in_session)
+    return [full,
+            incremental.select(F.lit(1).alias("follow_up_requested"),
+                               F.when(F.col("hw_changed"), F.lit(1)).alias("follow_up_responded"),
+                               F.col("request_session_id").alias("followed_up_session"))]
 
 
 def _throttled_bytes(rows: list) -> dict[tuple[str, int], int]:

@@ -2,9 +2,9 @@
 tables of one clean run of it (recovery.py). The round under test commits to every table a round
 writes: two brokers' logs (leader and follower appends), partitions (broker 2 fenced: ISR shrinks
 and an election), elections, replica_state, producers (an idempotent producer), results (acks=1
-acked, acks=all pending) and its rounds row. A copy of the same root runs it cleanly; each crashed
-copy must end equal to it, row for row, after the next round too (which acks the acks=all
-requests: no ack lost, no offset twice)."""
+and acks=all acked: the follower's follow-up fetch moves the HW) and its rounds row. A copy of the
+same root runs it cleanly; each crashed copy must end equal to it, row for row, after the next
+round too (no ack lost, no offset twice)."""
 
 import shutil
 
@@ -108,16 +108,14 @@ def test_the_round_under_test_writes_every_table(clean, prepared):
     assert clean["commits"] == 8  # logs of brokers 0 and 1, partitions, elections, state, producers, results, rounds
     assert [r["round_id"] for r in after["elections"]] == [round_id]  # partition 2: leader 2 -> 0
     assert {r["round_id"] for r in after["producers"]} == {round_id}
-    statuses = {r["status"] for r in after["results"] if r["round_id"] == round_id}
-    assert statuses == {"acked", "pending"}
-    latest = {}
-    for r in sorted(clean["final"]["results"], key=lambda r: r["round_id"]):
-        latest[r["request_id"]] = r["status"]
-    assert set(latest.values()) == {"acked"}  # the next round acks the acks=all requests
+    statuses = {(r["request_id"], r["partition"]): r["status"] for r in after["results"] if r["round_id"] == round_id}
+    assert set(statuses.values()) == {"acked"} and len(statuses) == 5  # 3 acks=all b, c, the producer's
+    assert clean["final"]["results"] == after["results"]  # nothing left for the next round to answer
 
 
-@pytest.mark.parametrize("k,table", [(1, None), (None, "replica_state"), (7, None)],
-                         ids=["after-the-isr-commit", "after-the-state-commit", "before-rounds-row"])
+@pytest.mark.parametrize("k,table", [(1, None), (5, None), (None, "replica_state"), (7, None)],
+                         ids=["after-the-isr-commit", "after-the-log-commits", "after-the-state-commit",
+                              "before-rounds-row"])
 def test_a_round_killed_after_commit_k_and_run_again_equals_a_clean_run(spark, prepared, clean, tmp_path, k, table):
     base, now, round_id = prepared
     root = str(tmp_path / "root")
@@ -126,10 +124,12 @@ def test_a_round_killed_after_commit_k_and_run_again_equals_a_clean_run(spark, p
     done = crash_after(crashed.storage, k, table)
     with pytest.raises(Crash):
         crashed.run_round()
-    # the ISR change commits first, alone; then the logs, elections, state, producers and results
-    # at once; the rounds row never
+    # the ISR change commits first, alone; then the logs, elections and producers at once; then the
+    # state (the HW) and results at once; the rounds row never
     assert done[0][0].endswith("/partitions")
     assert len(done) == k if k is not None else any(path.endswith(f"/{table}") for path, _ in done)
+    if k == 5:  # the logs landed, the HW that covers their records did not
+        assert not any(path.endswith(("/replica_state", "/results")) for path, _ in done)
     assert crashed.storage.read("rounds").agg({"round_id": "max"}).first()[0] == round_id - 1
 
     # a new process, later: it undoes the landed commits and replays the round at its own time
@@ -137,7 +137,7 @@ def test_a_round_killed_after_commit_k_and_run_again_equals_a_clean_run(spark, p
     report = again.run_round()
     assert (report.round_id, report.now_ms) == (round_id, now)
     assert snapshot(again) == clean["after_round"]
-    if k == 7:  # its results had landed: the acks=all requests are acked by the next round all the same
+    if k == 7:  # its results had landed: the next round ends where the clean run's did
         assert finish(again, now) == clean["final"]
 
 

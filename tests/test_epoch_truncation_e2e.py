@@ -1,6 +1,7 @@
-"""KIP-101's two failure scenarios end to end (2 brokers, RF 2, min ISR 1): truncating to the high
-watermark on restart would lose a committed record in the first and let two replicas diverge in
-the second; truncating by leader epoch does neither."""
+"""KIP-101's two failure scenarios end to end (2 brokers, RF 2, min ISR 1; the first with a third
+replica that holds the HW back): truncating to the high watermark on restart would lose a committed
+record in the first and let two replicas diverge in the second; truncating by leader epoch does
+neither."""
 
 from pyspark.sql import functions as F
 
@@ -9,10 +10,10 @@ from pipeline import Cluster, ManualClock
 EPOCH_MS = 1_700_000_000_000
 
 
-def _setup(spark, tmp_path):
+def _setup(spark, tmp_path, brokers=2, config=None):
     clock = ManualClock(start_ms=EPOCH_MS)
-    cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=2, clock=clock)
-    cluster.create_topic("t", partitions=1, replication_factor=2)
+    cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=brokers, clock=clock)
+    cluster.create_topic("t", partitions=1, replication_factor=brokers, config=config)
     first = cluster.produce("t", [{"value": "m0"}], acks="all")
     _round(cluster, clock), _round(cluster, clock)
     assert _status(cluster, first) == ("acked", 0)
@@ -44,12 +45,15 @@ def _leader(cluster):
 
 
 def test_kip101_a_follower_restarting_below_its_hw_keeps_the_committed_record(spark, tmp_path):
-    cluster, clock = _setup(spark, tmp_path)
-    # m1 reaches the follower, which crashes before it learns the HW that commits it
+    cluster, clock = _setup(spark, tmp_path, brokers=3, config={"replica.lag.time.max.ms": "1000"})
+    # m1 reaches follower 1, which crashes before it learns a HW that commits it: broker 2 stopped
+    # fetching but is still in the ISR (500 ms < the lag), so its offset holds the HW back
+    cluster.pause_fetcher(2)
     second = cluster.produce("t", [{"value": "m1"}], acks="all")
     _round(cluster, clock)
+    assert _status(cluster, second)[0] == "pending"
     cluster.stop_broker(1)
-    # fenced, it leaves the ISR; the leader alone commits m1 (min ISR 1)
+    # broker 1 fenced, broker 2 past the lag: both leave the ISR; the leader alone commits m1
     _round(cluster, clock, ms=9500)
     _round(cluster, clock)
     assert _leader(cluster) == (0, 0, [0])

@@ -8,9 +8,10 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from pipeline.errors import ErrorCode
-from pipeline.fetch_session import (EVICTION_MS, FINAL_EPOCH, INITIAL_EPOCH, Handle, Session, cached_high_watermark,
-                                    incremental_request, must_respond, new_context, new_session_id, next_epoch,
-                                    replica_fetcher, round_contexts, sessions_from_json, sessions_to_json, try_evict)
+from pipeline.fetch_session import (EVICTION_MS, FINAL_EPOCH, INITIAL_EPOCH, MAX_EPOCH, Handle, Session,
+                                    cached_high_watermark, follow_up, incremental_request, must_respond, new_context,
+                                    new_session_id, next_epoch, replica_fetcher, round_contexts, sessions_from_json,
+                                    sessions_to_json, try_evict)
 from pipeline.replication import RECORD_OVERHEAD_BYTES, fetch_response_records
 
 
@@ -107,6 +108,23 @@ def test_full_request_without_room_is_answered_without_a_session():
     cache = [session(1, size=1, used=100)]
     ctx, after, handle, ev = new_context(cache, Handle("replica-2", 0), True, 1, 200, 1, rng, [1])
     assert (ctx.kind, ctx.session_id, after, handle, ev) == ("full", 0, cache, Handle("replica-2", 0, 0, 0), 0)
+
+
+def test_follow_up_fetch_moves_its_sessions_epoch_on_both_sides_and_a_later_round_agrees():
+    rng = random.Random(5)
+    ctx, cache, handle, _ = new_context([], Handle("replica-1", leader=0), True, 4, 100, 1000, rng, [])
+    other = session(77, leader=1, epoch=9)
+    cache, (handle, other_handle) = follow_up(cache + [other], [handle, Handle("replica-2", 1, 77, 9)],
+                                              {ctx.session_id})
+    assert (cache[0].epoch, handle.epoch, cache[1], other_handle.epoch) == (2, 2, other, 9)
+    # the next round's incremental request carries epoch 2, which the leader expects: no error
+    ctx2, cache, handle, _ = new_context(cache[:1], handle, True, 4, 600, 1000, rng, [ctx.session_id])
+    assert (ctx2.kind, ctx2.session_id, handle.epoch, cache[0].epoch) == ("incremental", ctx.session_id, 3, 3)
+    # the epoch wraps as any request's does; a handle asking for a new session (epoch 0) is left be
+    wrapped, handles = follow_up([session(5, epoch=MAX_EPOCH)], [Handle("f5", 0, 5, MAX_EPOCH),
+                                                                  Handle("f6", 0, 5, INITIAL_EPOCH)], {5})
+    assert (wrapped[0].epoch, handles[0].epoch, handles[1].epoch) == (1, 1, INITIAL_EPOCH)
+    assert follow_up(cache, [handle], set()) == (cache, [handle])
 
 
 def test_sessionless_requests_close_the_named_session():

@@ -64,11 +64,14 @@ def test_incremental_rounds_carry_only_what_changed_and_full_rounds_carry_everyt
         assert_replicated_once(cluster, "t", [b"a1", b"a6"])
         assert cluster.read("t").count() == 2
         clusters[mode] = cluster
-    # 8 partitions x 2 followers = 16 follower fetches a round, every round
-    assert [counts(r) for r in reports["full"]] == [(16, 16)] * 3
-    # round 1 opens the sessions (full); round 2: records for 2 partitions x 2 followers; round 3:
-    # the followers' new fetch offsets and the HW that answers them; then nothing changes: idle
-    assert [counts(r) for r in reports["incremental"]] == [(16, 16), (0, 4), (4, 4), (0, 0)]
+    # 8 partitions x 2 followers = 16 follower fetches a round, every round; in round 2 the four
+    # followers that received records fetch again at once (a full request again: the 3 partitions
+    # each fetches from that leader), so 4 x 3 more
+    assert [counts(r) for r in reports["full"]] == [(16, 16), (16 + 12, 16 + 12), (16, 16)]
+    # round 1 opens the sessions (full); round 2: records for 2 partitions x 2 followers, then their
+    # follow-up fetches carry the new fetch offsets and the responses the HW that answers them;
+    # then nothing changes: idle
+    assert [counts(r) for r in reports["incremental"]] == [(16, 16), (0 + 4, 4 + 4), (0, 0), (0, 0)]
     assert reports["incremental"][-1].active_partitions == 0
 
     cluster = clusters["incremental"]
@@ -79,8 +82,12 @@ def test_incremental_rounds_carry_only_what_changed_and_full_rounds_carry_everyt
         (2, "replica-0", True), (2, "replica-1", True)]
     assert sum(s["partitions"] for s in sessions) == 16
     # opened at t=2000 (epoch 1; the full-mode cluster ran first), then three incremental fetches
-    # 500 ms apart: the leader expects epoch 4
-    assert {(s["epoch"], s["created_ms"], s["last_used_ms"]) for s in sessions} == {(4, 2000, 3500)}
+    # 500 ms apart: the leader expects epoch 4; the four followers' follow-up fetches at t=2500
+    # (partitions 1 and 6 have leaders 1 and 0) each used one more epoch of their sessions
+    followed = {(0, "replica-1"), (0, "replica-2"), (1, "replica-0"), (1, "replica-2")}
+    assert {(s["leader"], s["fetcher"], s["epoch"], s["created_ms"], s["last_used_ms"]) for s in sessions} == {
+        (s["leader"], s["fetcher"], 5 if (s["leader"], s["fetcher"]) in followed else 4, 2000, 3500)
+        for s in sessions}
     assert len({s["session_id"] for s in sessions}) == 6 and 0 not in {s["session_id"] for s in sessions}
     metrics = {r["name"]: r["value"] for r in spark.sql("SELECT * FROM replog.metrics").collect()}
     assert (metrics["NumIncrementalFetchSessions"], metrics["NumIncrementalFetchPartitionsCached"],
