@@ -197,7 +197,7 @@ def _run_rounds(args: argparse.Namespace, cluster: Any) -> None:
         print(_progress(report, done, total), file=sys.stderr)
         if (args.until_committed and report.pending_requests == 0 and report.active_partitions == 0
                 and not report.throttled_requests):  # requests waiting for a client quota are not committed yet
-            print(f"Committed: nothing pending after {done} rounds.")
+            print(f"Committed: nothing pending after {done} round{'' if done == 1 else 's'}.")
             return
     if args.until_committed:
         raise ReplogError(ErrorCode.REQUEST_TIMED_OUT,

@@ -926,8 +926,13 @@ class Cluster:
         """A crash: from now on the broker neither heartbeats nor fetches nor answers fetches, and
         its tables stay as they are. Its partitions take no produce requests
         (NOT_LEADER_OR_FOLLOWER) until the controller fences it, broker.session.timeout.ms after its
-        last heartbeat (the last round's time), and elects new leaders from the ISR."""
+        last heartbeat (the last round's time), and elects new leaders from the ISR. A broker still
+        starting (no round has registered it yet) can crash too: its last heartbeat is its
+        registration, and a lost log it restarted with stays on record for its next start."""
         state = self._broker_state(broker)
+        if state == controller.STARTING:
+            self._set_broker(broker, state=controller.STOPPED)
+            return
         if state != controller.RUNNING:
             raise ReplogError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker} is not running ({state})")
         last_heartbeat = self._last_report.now_ms if self._last_report else self.clock.now_ms()
@@ -945,7 +950,10 @@ class Cluster:
         lost = not self._log_readable(broker)
         if lost:
             self._recreate_log(broker)
-        self._set_broker(broker, state=controller.STARTING, last_heartbeat_ms=self.clock.now_ms(), log_lost=lost)
+        # an empty log from a start that crashed before a round registered it is still a lost one
+        recorded = next(r for r in self._broker_rows() if r["broker"] == broker)["log_lost"]
+        self._set_broker(broker, state=controller.STARTING, last_heartbeat_ms=self.clock.now_ms(),
+                         log_lost=lost or bool(recorded))
 
     def _log_readable(self, broker: int) -> bool:
         # a missing, corrupted or foreign log: restart it empty, as Kafka does with a failed log dir

@@ -185,3 +185,39 @@ def test_last_isr_member_crash_offline_unless_unclean_election_is_enabled(spark,
     assert _log(cluster, "risky", 0) == [(0, 0, "r0"), (1, 0, "r1")]
     assert _log(cluster, "risky", 1) == [(0, 0, "r0"), (1, 0, "r1")]
     assert cluster.describe().filter("leader = -1").count() == 0
+
+
+def test_a_broker_that_crashes_again_while_starting_keeps_its_lost_log_on_record(spark, tmp_path):
+    """Found by soak seed 109: a broker stopped again after start_broker, before a round registered
+    it. That is a crash like any other; and an empty log it restarted with is still a lost one at
+    its next start, so the controller keeps the empty replica out of the ISR until it refetched."""
+    clock = ManualClock(start_ms=EPOCH_MS)
+    cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=3, clock=clock)
+    cluster.create_topic("t", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    request = cluster.produce("t", [{"value": f"c{i}"} for i in range(3)], acks="all")
+    _round(cluster, clock)
+    assert (_result(cluster, request)["status"], _partition(cluster, "t")["high_watermark"]) == ("acked", 3)
+
+    def broker_2():
+        row = cluster.broker_states().filter("broker = 2").first()
+        return row["state"], row["log_lost"]
+
+    # a crash, a lost log directory, a restart (empty), a crash before any round, a restart
+    cluster.stop_broker(2)
+    shutil.rmtree(cluster.storage.log_path(2))
+    cluster.start_broker(2)
+    assert broker_2() == ("starting", True)
+    cluster.stop_broker(2)
+    assert broker_2() == ("stopped", True)
+    with pytest.raises(ReplogError, match="BROKER_NOT_AVAILABLE: broker 2 is not running"):
+        cluster.stop_broker(2)
+    cluster.start_broker(2)
+    assert broker_2() == ("starting", True)
+    # still in the ISR when it restarted (never fenced): the controller takes the empty replica out
+    _round(cluster, clock)
+    assert _partition(cluster, "t")["isr"] == [0, 1]
+    _round(cluster, clock)
+    p = _partition(cluster, "t")
+    assert (p["isr"], p["high_watermark"], broker_2()) == ([0, 1, 2], 3, ("running", False))
+    expected = [(i, 0, f"c{i}") for i in range(3)]
+    assert [_log(cluster, "t", b) for b in range(3)] == [expected] * 3
