@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.available_now:
             rounds = run_available_now(cluster, args.max_stalled_rounds)
-            LOG.info("available-now: %d rounds", rounds)
+            LOG.info("available-now: %d round%s", rounds, "" if rounds == 1 else "s")
             return 0
         if interval_ms is None:
             key = "replica.fetch.wait.max.ms"
