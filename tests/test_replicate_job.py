@@ -12,7 +12,7 @@ import pytest
 
 from pipeline import Cluster
 from pipeline.config import CLUSTER_KEYS
-from jobs.replicate import parse_interval_ms, read_properties
+from jobs.replicate import parse_interval_ms, read_properties, run_available_now
 
 REPO = Path(__file__).resolve().parent.parent
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
@@ -42,6 +42,40 @@ def test_shipped_properties_hold_every_key_with_kafkas_default():
 
 def test_trigger_intervals():
     assert [parse_interval_ms(t) for t in ("500ms", "2s", "1min", "750")] == [500, 2000, 60000, 750]
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_available_now_after_a_replayed_round_reads_the_requests_produced_since(spark, tmp_path):
+    """Found by the kill test: a round that replays an interrupted one reads the inbox only as far as
+    that round did, and commits all of it in the round; --available-now must not stop there while
+    newer requests wait unread."""
+    from pipeline import ManualClock
+
+    root = str(tmp_path / "cluster")
+    clock = ManualClock(start_ms=1_700_000_000_000)
+    cluster = Cluster.create(spark, root, brokers=3, clock=clock)
+    cluster.create_topic("t", partitions=2, replication_factor=3, config={"min.insync.replicas": "2"})
+    first = cluster.produce("t", [{"value": f"a{i}", "partition": i % 2} for i in range(4)], acks="all")
+
+    def die(path, step):
+        if "/brokers/" in path:
+            raise _Killed(path)
+
+    cluster.storage.after_commit = die  # the process dies once the round's first log commit landed
+    clock.advance(500)
+    with pytest.raises(_Killed):
+        cluster.run_round()
+    second = cluster.produce("t", [{"value": f"b{i}", "partition": i % 2} for i in range(4)], acks="all")
+
+    job = Cluster.open(spark, root, clock=clock)
+    assert run_available_now(job, max_stalled=5) == 2  # the replay, then the round that reads `second`
+    statuses = {(r["request_id"], r["status"]) for r in job.produce_results().collect()}
+    assert statuses == {(first, "acked"), (second, "acked")}
+    assert sorted(bytes(r["value"]).decode() for r in job.read("t").collect()) == sorted(
+        [f"a{i}" for i in range(4)] + [f"b{i}" for i in range(4)])
 
 
 @pytest.mark.integration
