@@ -235,7 +235,7 @@ def throughput(spark, records: int, partitions: int, value_bytes: int, max_round
             rounds.append({"s": seconds, "appended": report.records_appended, "replicated": report.records_replicated})
             print(f"throughput round {n}: {seconds:.1f} s, appended {report.records_appended}, replicated "
                   f"{report.records_replicated}", flush=True)
-            if report.pending_requests == 0 and report.active_partitions == 0:
+            if cluster.caught_up(report):
                 break
         replicated_s = time.perf_counter() - started
         leo = {r["broker"]: r["leo"] for r in cluster.replicas("bench").groupBy("broker").agg(

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"round {report.round_id}: appended {report.records_appended}, replicated "
               f"{report.records_replicated}, acked {report.requests_acked}, pending {report.pending_requests} "
               f"({time.perf_counter() - started:.1f} s)")
-        if report.pending_requests == 0 and report.active_partitions == 0:
+        if cluster.caught_up(report):
             break
     print("\nkafka-topics --describe:")
     cluster.describe("demo").orderBy("partition").show(truncate=False)

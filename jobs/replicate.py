@@ -114,18 +114,15 @@ def _clean(cluster: Any) -> None:
 
 
 def run_available_now(cluster: Any, max_stalled: int) -> int:
-    """Rounds until quiet (every produce request read, nothing pending or waiting for a client quota,
-    every partition settled) or stalled; the round count. A round that replays an interrupted one
-    reads the inbox only as far as that round did, so newer requests need the rounds after it."""
+    """Rounds until the cluster has caught up (Cluster.caught_up: every produce request read, nothing
+    pending or waiting for a client quota, every partition settled) or stalled; the round count."""
     stalled, rounds = 0, 0
     while True:
         report = cluster.run_round()
         rounds += 1
         LOG.info(_progress(report))
         _clean(cluster)
-        unread = cluster.storage.version("inbox") > report.inbox_version
-        if not unread and report.pending_requests == 0 and report.active_partitions == 0 \
-                and not report.throttled_requests:
+        if cluster.caught_up(report):
             return rounds
         moved = (report.records_appended or report.records_replicated or report.requests_acked
                  or report.requests_failed or report.isr_shrinks or report.isr_expands)

@@ -195,10 +195,7 @@ def _run_rounds(args: argparse.Namespace, cluster: Any) -> None:
     for done in range(1, limit + 1):
         report = cluster.run_round()
         print(_progress(report, done, total), file=sys.stderr)
-        # requests waiting for a client quota are not committed yet; nor are requests a round that
-        # replayed an interrupted one left unread (it reads the inbox as far as that round did)
-        if (args.until_committed and report.pending_requests == 0 and report.active_partitions == 0
-                and not report.throttled_requests and cluster.storage.version("inbox") <= report.inbox_version):
+        if args.until_committed and cluster.caught_up(report):
             print(f"Committed: nothing pending after {done} round{'' if done == 1 else 's'}.")
             return
     if args.until_committed:

@@ -46,6 +46,11 @@ _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _ISOLATION = ("read_committed", "read_uncommitted")
 
 
+def _nothing_waiting(report: RoundReport) -> bool:
+    """After this round: no acks pending, no request held by a client quota, every partition settled."""
+    return report.pending_requests == 0 and report.active_partitions == 0 and not report.throttled_requests
+
+
 def _validate_topic_name(name: Any) -> None:
     if not isinstance(name, str) or not _TOPIC_NAME.match(name) or name in (".", ".."):
         raise ReplogError(ErrorCode.INVALID_TOPIC_EXCEPTION,
@@ -424,6 +429,12 @@ class Cluster:
         for sensor, (value, quota) in recorded.items():
             self._sensors[key].record(sensor, quota, value, now)
 
+    def caught_up(self, report: RoundReport) -> bool:
+        """Whether the cluster is done after the round of `report`: every produce request in the
+        inbox read (a round that replays an interrupted one reads only as far as that round did),
+        none pending or held by a client quota, every partition settled."""
+        return _nothing_waiting(report) and self.storage.version("inbox") <= report.inbox_version
+
     def run_round(self, batch_id: int | None = None) -> RoundReport:
         """One fetch round; the streaming job's foreachBatch runs the same code. A round with
         nothing to do (no new produce request, every partition settled, no pending ack, no
@@ -474,8 +485,7 @@ class Cluster:
             admin_to_version=replay.admin_version if replay is not None else None)
         seen = (self.storage.version("inbox"), partitions_version, self.storage.version("admin"),
                 paused, throttles)
-        quiet = (last is not None and last.active_partitions == 0 and last.pending_requests == 0
-                 and not last.throttled_requests
+        quiet = (last is not None and _nothing_waiting(last)
                  and not retention_due and not decisions["fence"] and not decisions["unfence"]
                  and all(c.kind == "incremental" for c in session_inputs["contexts"]))
         if quiet and seen == self._seen and replay is None:
@@ -916,11 +926,13 @@ class Cluster:
             raise ValueError(f"max_bytes_per_round must be an int >= 1 or None, got {max_bytes_per_round!r}")
         self._set_broker(broker, fetch_max_bytes_per_round=max_bytes_per_round)
 
-    def _broker_state(self, broker: int) -> str:
+    def _broker_row(self, broker: int) -> Any:
         if broker not in self.brokers:
             raise ReplogError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker {broker!r}")
-        row = next(r for r in self._broker_rows() if r["broker"] == broker)
-        return row["state"] or controller.RUNNING
+        return next(r for r in self._broker_rows() if r["broker"] == broker)
+
+    def _broker_state(self, broker: int) -> str:
+        return self._broker_row(broker)["state"] or controller.RUNNING
 
     def stop_broker(self, broker: int) -> None:
         """A crash: from now on the broker neither heartbeats nor fetches nor answers fetches, and
@@ -944,16 +956,16 @@ class Cluster:
         then fetch, truncate any suffix that diverges from their leader's log by leader epoch, and
         rejoin the ISR once caught up. A broker whose log directory is gone or unreadable restarts
         empty, and stays out of every ISR and of leadership until it has fetched everything back."""
-        state = self._broker_state(broker)
+        row = self._broker_row(broker)
+        state = row["state"] or controller.RUNNING
         if state not in (controller.STOPPED, controller.FENCED):
             raise ReplogError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker} is not stopped ({state})")
         lost = not self._log_readable(broker)
         if lost:
             self._recreate_log(broker)
         # an empty log from a start that crashed before a round registered it is still a lost one
-        recorded = next(r for r in self._broker_rows() if r["broker"] == broker)["log_lost"]
         self._set_broker(broker, state=controller.STARTING, last_heartbeat_ms=self.clock.now_ms(),
-                         log_lost=lost or bool(recorded))
+                         log_lost=lost or bool(row["log_lost"]))
 
     def _log_readable(self, broker: int) -> bool:
         # a missing, corrupted or foreign log: restart it empty, as Kafka does with a failed log dir

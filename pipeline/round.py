@@ -1065,33 +1065,34 @@ def _follow_up_fetch(replicas: DataFrame, followers: DataFrame, followers_after:
     received = followers_after.filter(F.col("records_received") > 0)
     fetched = rules.update_follower_fetch_state(received.withColumn("fetch_offset", F.col("log_end_offset")), now)
     updated = ["fetch_offset", "last_caught_up_time_ms", "last_fetch_leader_leo", "last_fetch_time_ms"]
-    changes = fetched.select(*REPLICA_KEY, *[F.col(c).alias(f"_new_{c}") for c in updated])
+    changes = fetched.select(*REPLICA_KEY, *[F.col(c).alias(f"_new_{c}") for c in updated],
+                             F.lit(True).alias("_new_followed_up"))
 
     def with_changes(df: DataFrame) -> DataFrame:
-        joined = df.join(changes, on=REPLICA_KEY, how="left")
-        return joined.withColumns({c: F.coalesce(F.col(f"_new_{c}"), F.col(c)) for c in updated}) \
-            .drop(*[f"_new_{c}" for c in updated])
+        """`df` with the follow-up's fetch state where there was one, and `followed_up`."""
+        return (df.withColumn("followed_up", F.lit(False)).join(changes, on=REPLICA_KEY, how="left")
+                .withColumns({c: F.coalesce(F.col(f"_new_{c}"), F.col(c)) for c in [*updated, "followed_up"]})
+                .drop(*[f"_new_{c}" for c in [*updated, "followed_up"]]))
 
-    hw_after = _high_watermark(replicas, with_changes(followers), isr_changed, now, down, start=hw)
+    hw_after = _high_watermark(replicas, with_changes(followers).drop("followed_up"), isr_changed, now, down,
+                               start=hw)
     new_hw = hw_after.select(*PARTITION_KEY, F.col("high_watermark").alias("_hw2"))
     in_session = F.col("session_id") != sessions.INVALID_SESSION_ID
-    follow_up = F.col("_new_fetch_offset").isNotNull()
+    follow_up = F.col("followed_up")
     after = (
-        followers_after.join(changes, on=REPLICA_KEY, how="left").join(new_hw, on=PARTITION_KEY, how="left")
-        .withColumns({c: F.coalesce(F.col(f"_new_{c}"), F.col(c)) for c in updated})
+        with_changes(followers_after).join(new_hw, on=PARTITION_KEY, how="left")
         .withColumn("high_watermark", F.when(follow_up, F.least(F.col("_hw2"), F.col("log_end_offset")))
                     .otherwise(F.col("high_watermark")))
         .withColumn("session_high_watermark", F.when(follow_up & in_session, F.col("_hw2"))
                     .otherwise(F.col("session_high_watermark")))
-        .withColumn("_followed_up", follow_up)
         .withColumn("_hw_moved", F.col("_hw2") != F.col("_leader_hw"))
         .withColumn("_leader_hw", F.col("_hw2"))
         .withColumn("is_settled", _settled("leader_leo", "_leader_hw"))
-        .drop(*[f"_new_{c}" for c in updated], "_hw2")
+        .drop("_hw2")
     ).localCheckpoint()
-    follow_ups = after.filter("_followed_up").select(
+    follow_ups = after.filter("followed_up").select(
         "broker", "leader", *PARTITION_KEY, "fetch_kind", "request_session_id", F.col("_hw_moved").alias("hw_changed"))
-    return after.drop("_followed_up", "_hw_moved"), hw_after, follow_ups
+    return after.drop("followed_up", "_hw_moved"), hw_after, follow_ups
 
 
 def _settled(leader_leo: str, leader_hw: str) -> Any:
@@ -1413,14 +1414,13 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     watch.lap("commit prefixes")
     deltas = {d["session_id"]: d["size_delta"] for d in figures["session_size_deltas"]}
     after = [replace(s, size=s.size + deltas.get(s.session_id, 0)) for s in inputs.sessions_after]
-    after, handles_after = sessions.follow_up(after, inputs.handles_after, set(figures["followed_up_sessions"]))
-    inputs = replace(inputs, handles_after=handles_after)
+    after, handles = sessions.follow_up(after, inputs.handles_after, set(figures["followed_up_sessions"]))
     report = RoundReport(
         round_id=round_id, now_ms=now, inbox_version=inbox_version, admin_version=admin_version,
         retention_checked_ms=now if inputs.retention_due else inputs.last_retention_check_ms,
         **{f: int(figures[f]) for f in RoundReport.__dataclass_fields__ if f in figures},
         duration_ms=int((time.perf_counter() - started) * 1000), batch_id=inputs.batch_id,
-        **_session_figures(inputs, after), throttled_bytes=_throttled_bytes(figures["throttled_byte_rows"]),
+        **_session_figures(inputs, after, handles), throttled_bytes=_throttled_bytes(figures["throttled_byte_rows"]),
         throttled_requests=quota.waiting, client_quota_bytes=quota.recorded,
     )
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds", round_id)
@@ -1468,11 +1468,11 @@ def _throttled_bytes(rows: list) -> dict[tuple[str, int], int]:
     return spent
 
 
-def _session_figures(inputs: RoundInputs, after: list) -> dict[str, Any]:
+def _session_figures(inputs: RoundInputs, after: list, handles: list) -> dict[str, Any]:
     return {"incremental_fetch_sessions": len(after),
             "incremental_fetch_partitions_cached": sum(s.size for s in after),
             "fetch_session_evictions": inputs.session_evictions,
-            "fetch_sessions": sessions.sessions_to_json(after, inputs.handles_after, inputs.contexts)}
+            "fetch_sessions": sessions.sessions_to_json(after, handles, inputs.contexts)}
 
 
 def idle_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, previous: RoundReport) -> RoundReport:
@@ -1485,7 +1485,7 @@ def idle_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, previ
         fetch_request_partitions=0, fetch_response_partitions=0, records_appended=0, records_replicated=0,
         requests_acked=0, requests_failed=0, isr_shrinks=0, isr_expands=0, batch_id=inputs.batch_id,
         throttled_bytes={}, client_quota_bytes={},
-        duration_ms=int((time.perf_counter() - started) * 1000), **_session_figures(inputs, inputs.sessions_after))
+        duration_ms=int((time.perf_counter() - started) * 1000), **_session_figures(inputs, inputs.sessions_after, inputs.handles_after))
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds",
                          inputs.round_id)
     return report
