@@ -496,7 +496,9 @@ class Cluster:
         # a replay runs at its recorded time: the time this process was down after it must still not
         # count against the followers, so a restarted process's next round resets them (again)
         self._restarted = self._restarted and replay is not None
-        self._last_report, self._seen, self._replay = report, seen, None
+        # a replay read the inbox and admin requests only as far as the interrupted round did: what
+        # came after is unread, so the next round is not an idle one even if nothing changes again
+        self._last_report, self._seen, self._replay = report, seen if replay is None else None, None
         self._throttle_tokens = {k: float(v - report.throttled_bytes.get(k, 0))
                                  for k, v in inputs.throttle_budgets.items()}
         self._record_quota("producer_byte_rate", report.client_quota_bytes, now)

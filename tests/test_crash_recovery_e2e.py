@@ -9,6 +9,7 @@ round too (no ack lost, no offset twice)."""
 import shutil
 
 import pytest
+from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
@@ -163,6 +164,38 @@ def test_the_same_process_recovers_on_its_next_round_and_keeps_another_writers_t
     got, want = snapshot(crashed), snapshot(clean_cluster)
     assert got == want
     assert sorted(r["topic"] for r in crashed.topics().collect()) == ["t", "u"]
+
+
+def test_the_round_after_a_replay_reads_what_was_produced_after_the_interrupted_round(spark, tmp_path):
+    """Found by the job kill test: the replay reads the inbox and the admin requests only as far as
+    the interrupted round did, so the next round must read the rest even though nothing new arrives
+    after the replay (it is not an idle round)."""
+    root = str(tmp_path / "root")
+    clock = ManualClock(start_ms=START)
+    cluster = Cluster.create(spark, root, brokers=3, clock=clock, config={"min.insync.replicas": 2})
+    cluster.create_topic("t", partitions=2, replication_factor=3)
+    cluster.produce("t", [{"value": f"a{p}", "partition": p} for p in range(2)], acks="all")
+    for _ in range(2):  # the fetch sessions exist: the round after the replay is an incremental one
+        clock.advance(500)
+        cluster.run_round()
+    cluster.produce("t", [{"value": f"b{p}", "partition": p} for p in range(2)], acks="all")
+    clock.advance(500)
+    crash_after(cluster.storage, k=2)  # the ISR is unchanged: the first commits are the logs
+    with pytest.raises(Crash):
+        cluster.run_round()
+    late = cluster.produce("t", [{"value": "late", "partition": 0}], acks=1)
+    cluster.delete_records("t", 1, 1)
+
+    again = Cluster.open(spark, root, clock=ManualClock(start_ms=clock.now_ms() + 3_000))
+    replayed = again.run_round()
+    assert replayed.round_id == 3 and replayed.requests_acked == 2
+    assert replayed.inbox_version < again.storage.version("inbox") and not again.caught_up(replayed)
+    again.clock.advance(500)
+    after = again.run_round()
+    assert (after.records_appended, after.inbox_version) == (1, again.storage.version("inbox"))
+    assert again.caught_up(after)
+    assert [r["status"] for r in again.produce_results().filter(F.col("request_id") == late).collect()] == ["acked"]
+    assert {r["partition"]: r["log_start_offset"] for r in again.describe("t").collect()} == {0: 0, 1: 1}
 
 
 # -- recovery on bare tables (recovery.recover: what it finds in a table's history) ---------------

@@ -247,7 +247,10 @@ def test_a_job_killed_mid_round_loses_and_duplicates_nothing_after_restart(spark
     assert any((c or {}).get("userMetadata", "").startswith(f"{RECOVERY_APP_ID}={killed_in}") for c in recovered)
     # every request acked, at the offsets acked before the kill; its records there, once, on every replica
     results = cluster.produce_results().collect()
-    assert {r["request_id"] for r in results if r["status"] == "acked"} == set(requests)
+    unacked = set(requests) - {r["request_id"] for r in results if r["status"] == "acked"}
+    assert not unacked, ([r.asDict() for r in results if r["request_id"] in unacked],
+                         (done.stdout + done.stderr)[-3000:], job_log.read_text()[-3000:])
+    assert {r["request_id"] for r in results} == set(requests)
     assert {r["status"] for r in results} == {"acked"}
     offsets = {(r["request_id"], r["partition"]): (r["base_offset"], r["last_offset"]) for r in results}
     assert acked_before and {k: offsets[k] for k in acked_before} == acked_before
