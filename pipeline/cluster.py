@@ -483,12 +483,12 @@ class Cluster:
             restarted=restarted, controller=decisions, **session_inputs,
             inbox_to_version=replay.inbox_version if replay is not None else None,
             admin_to_version=replay.admin_version if replay is not None else None)
-        seen = (self.storage.version("inbox"), partitions_version, self.storage.version("admin"),
-                paused, throttles)
+        now_at = (self.storage.version("inbox"), partitions_version, self.storage.version("admin"),
+                  paused, throttles)
         quiet = (last is not None and _nothing_waiting(last)
                  and not retention_due and not decisions["fence"] and not decisions["unfence"]
                  and all(c.kind == "incremental" for c in session_inputs["contexts"]))
-        if quiet and seen == self._seen and replay is None:
+        if quiet and now_at == self._seen and replay is None:
             report = idle_round(self.spark, self.storage, inputs, last)
         else:
             report, self._carry = run_round(self.spark, self.storage, inputs, self._carry)
@@ -496,9 +496,11 @@ class Cluster:
         # a replay runs at its recorded time: the time this process was down after it must still not
         # count against the followers, so a restarted process's next round resets them (again)
         self._restarted = self._restarted and replay is not None
-        # a replay read the inbox and admin requests only as far as the interrupted round did: what
-        # came after is unread, so the next round is not an idle one even if nothing changes again
-        self._last_report, self._seen, self._replay = report, seen if replay is None else None, None
+        # what the round has read: the inbox and admin requests up to the versions it fixed (a replay
+        # only as far as the interrupted round did, and a request that came after the check above is
+        # not read), so the next round is idle only if nothing came after those versions
+        self._last_report, self._replay = report, None
+        self._seen = (report.inbox_version, partitions_version, report.admin_version, paused, throttles)
         self._throttle_tokens = {k: float(v - report.throttled_bytes.get(k, 0))
                                  for k, v in inputs.throttle_budgets.items()}
         self._record_quota("producer_byte_rate", report.client_quota_bytes, now)
