@@ -46,6 +46,11 @@ _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _ISOLATION = ("read_committed", "read_uncommitted")
 
 
+def _state(broker_row: Any) -> str:
+    """A broker's state from its row in the brokers table (a row from before states: running)."""
+    return broker_row["state"] or controller.RUNNING
+
+
 def _nothing_waiting(report: RoundReport) -> bool:
     """After this round: no acks pending, no request held by a client quota, every partition settled."""
     return report.pending_requests == 0 and report.active_partitions == 0 and not report.throttled_requests
@@ -269,7 +274,7 @@ class Cluster:
         rows = self._broker_rows()
         paused = {r["broker"]: r["changed_ms"] for r in rows if r["fetcher_paused"]}
         paused.update({r["broker"]: r["last_heartbeat_ms"] for r in rows
-                       if (r["state"] or controller.RUNNING) in (controller.STOPPED, controller.FENCED)})
+                       if _state(r) in (controller.STOPPED, controller.FENCED)})
         throttles = {r["broker"]: r["fetch_max_bytes_per_round"] for r in rows
                      if r["fetch_max_bytes_per_round"] is not None}
         return paused, throttles
@@ -280,7 +285,7 @@ class Cluster:
         restarted one, whose old session ends as it registers again), the live brokers before and
         after the restarted ones are unfenced, and the brokers that lost their log."""
         rows = self._broker_rows()
-        state = {r["broker"]: r["state"] or controller.RUNNING for r in rows}
+        state = {r["broker"]: _state(r) for r in rows}
         expiring = [r for r in rows if state[r["broker"]] == controller.STOPPED]
         expired = []
         if expiring:
@@ -512,7 +517,7 @@ class Cluster:
         foreign is Kafka's failed log dir: KAFKA_STORAGE_ERROR, before anything is written, saying
         how to restart the broker empty (it refetches from the leaders)."""
         for r in self._broker_rows():
-            broker, state = r["broker"], r["state"] or controller.RUNNING
+            broker, state = r["broker"], _state(r)
             if state in (controller.STOPPED, controller.FENCED):
                 continue
             problem = self._log_problem(broker)
@@ -709,7 +714,7 @@ class Cluster:
         pass's figures (also in replog.metrics); None when no topic is compacted."""
         self._hold_lease_recovered()
         rows = self._broker_rows()
-        down = {r["broker"] for r in rows if (r["state"] or controller.RUNNING) != controller.RUNNING}
+        down = {r["broker"] for r in rows if _state(r) != controller.RUNNING}
         return cleaner.run_cleaner(self.spark, self.storage, self.brokers, self.config, self.clock.now_ms(),
                                    down, self._log_readable, self._hold_lease)
 
@@ -936,7 +941,7 @@ class Cluster:
         return next(r for r in self._broker_rows() if r["broker"] == broker)
 
     def _broker_state(self, broker: int) -> str:
-        return self._broker_row(broker)["state"] or controller.RUNNING
+        return _state(self._broker_row(broker))
 
     def stop_broker(self, broker: int) -> None:
         """A crash: from now on the broker neither heartbeats nor fetches nor answers fetches, and
@@ -961,7 +966,7 @@ class Cluster:
         rejoin the ISR once caught up. A broker whose log directory is gone or unreadable restarts
         empty, and stays out of every ISR and of leadership until it has fetched everything back."""
         row = self._broker_row(broker)
-        state = row["state"] or controller.RUNNING
+        state = _state(row)
         if state not in (controller.STOPPED, controller.FENCED):
             raise ReplogError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker} is not stopped ({state})")
         lost = not self._log_readable(broker)

@@ -1068,19 +1068,20 @@ def _follow_up_fetch(replicas: DataFrame, followers: DataFrame, followers_after:
     changes = fetched.select(*REPLICA_KEY, *[F.col(c).alias(f"_new_{c}") for c in updated],
                              F.lit(True).alias("_new_followed_up"))
 
-    def with_changes(df: DataFrame) -> DataFrame:
-        """`df` with the follow-up's fetch state where there was one, and `followed_up`."""
-        return (df.withColumn("followed_up", F.lit(False)).join(changes, on=REPLICA_KEY, how="left")
-                .withColumns({c: F.coalesce(F.col(f"_new_{c}"), F.col(c)) for c in [*updated, "followed_up"]})
+    def with_changes(df: DataFrame, flagged: bool = False) -> DataFrame:
+        """`df` with the follow-up's fetch state where there was one (flagged: and `followed_up`)."""
+        taken = [*updated, "followed_up"] if flagged else updated
+        df = df.withColumn("followed_up", F.lit(False)) if flagged else df
+        return (df.join(changes, on=REPLICA_KEY, how="left")
+                .withColumns({c: F.coalesce(F.col(f"_new_{c}"), F.col(c)) for c in taken})
                 .drop(*[f"_new_{c}" for c in [*updated, "followed_up"]]))
 
-    hw_after = _high_watermark(replicas, with_changes(followers).drop("followed_up"), isr_changed, now, down,
-                               start=hw)
+    hw_after = _high_watermark(replicas, with_changes(followers), isr_changed, now, down, start=hw)
     new_hw = hw_after.select(*PARTITION_KEY, F.col("high_watermark").alias("_hw2"))
     in_session = F.col("session_id") != sessions.INVALID_SESSION_ID
     follow_up = F.col("followed_up")
     after = (
-        with_changes(followers_after).join(new_hw, on=PARTITION_KEY, how="left")
+        with_changes(followers_after, flagged=True).join(new_hw, on=PARTITION_KEY, how="left")
         .withColumn("high_watermark", F.when(follow_up, F.least(F.col("_hw2"), F.col("log_end_offset")))
                     .otherwise(F.col("high_watermark")))
         .withColumn("session_high_watermark", F.when(follow_up & in_session, F.col("_hw2"))
@@ -1485,7 +1486,8 @@ def idle_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, previ
         fetch_request_partitions=0, fetch_response_partitions=0, records_appended=0, records_replicated=0,
         requests_acked=0, requests_failed=0, isr_shrinks=0, isr_expands=0, batch_id=inputs.batch_id,
         throttled_bytes={}, client_quota_bytes={},
-        duration_ms=int((time.perf_counter() - started) * 1000), **_session_figures(inputs, inputs.sessions_after, inputs.handles_after))
+        duration_ms=int((time.perf_counter() - started) * 1000),
+        **_session_figures(inputs, inputs.sessions_after, inputs.handles_after))
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds",
                          inputs.round_id)
     return report
