@@ -1,9 +1,11 @@
 """Consumers' KIP-227 sessions through real rounds and Delta tables: read_incremental returns only
 partitions with committed records the consumer has not read, in incremental fetches of
-unprivileged sessions that yield their cache slots to the followers' sessions; across eviction and
-FETCH_SESSION_ID_NOT_FOUND every committed record is returned exactly once."""
+unprivileged sessions that yield their cache slots to the followers' sessions; across eviction,
+FETCH_SESSION_ID_NOT_FOUND and INVALID_FETCH_SESSION_EPOCH every committed record is returned
+exactly once."""
 
 import pytest
+from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from pipeline.errors import ErrorCode, ReplogError
@@ -116,3 +118,31 @@ def test_read_incremental_refuses_unknown_topics_and_bad_consumer_ids(new_cluste
     # neither call wrote a session or a position
     assert cluster.storage.read("client_sessions").count() == 0
     assert cluster.storage.read("consumer_positions").filter(F.col("consumer_id") == "c").count() == 0
+
+
+def test_a_replayed_consumer_fetch_gets_invalid_fetch_session_epoch_and_nothing_is_lost_or_returned_twice(
+        new_cluster, clock):
+    cluster = new_cluster(brokers=2)
+    cluster.create_topic("t", partitions=2, replication_factor=2)  # leaders 0, 1
+    produce(cluster, "t", 0, ["a0"])
+    produce(cluster, "t", 1, ["b0"])
+    rounds(cluster, clock, 2)
+    seen = rows(cluster.read_incremental("c", "t"))
+    seen += rows(cluster.read_incremental("c", "t"))  # incremental: epoch 2 used, the leaders expect 3
+    # the consumer sends its last request to leader 0 again (its handle one epoch back)
+    DeltaTable.forPath(cluster.spark, cluster.storage.path("client_sessions")).update(
+        (F.col("kind") == "handle") & (F.col("fetcher") == "consumer-c") & (F.col("leader") == 0),
+        {"epoch": F.col("epoch") - 1})
+    produce(cluster, "t", 0, ["a1"])
+    produce(cluster, "t", 1, ["b1"])
+    rounds(cluster, clock, 2)
+    seen += rows(cluster.read_incremental("c", "t"))
+    assert kinds(cluster, "c") == [(0, "error", ErrorCode.INVALID_FETCH_SESSION_EPOCH), (1, "incremental", None)]
+    assert carried(cluster, "c") == {0: 0, 1: 1}  # the errored leader served nothing
+    seen += rows(cluster.read_incremental("c", "t"))
+    after = cluster.consumer_fetch_requests("c")
+    assert sorted((c.leader, c.kind) for c in after) == [(0, "full"), (1, "incremental")]
+    assert [c.session_id != 0 for c in after] == [True, True]  # a new session with leader 0
+    seen += rows(cluster.read_incremental("c", "t"))
+    assert kinds(cluster, "c") == [(0, "incremental", None), (1, "incremental", None)]
+    assert sorted(seen) == [(0, 0, "a0"), (0, 1, "a1"), (1, 0, "b0"), (1, 1, "b1")]

@@ -1,9 +1,12 @@
 """KIP-227 through rounds on real Delta tables: what incremental requests and responses carry
-against full fetches, the session cache in replog.fetch_sessions and the metrics, eviction and
-FETCH_SESSION_ID_NOT_FOUND with the fall back to full fetches, and the response limit's
-rotation. Every scenario ends with each replica holding each record once."""
+against full fetches, the session cache in replog.fetch_sessions and the metrics, eviction,
+FETCH_SESSION_ID_NOT_FOUND and INVALID_FETCH_SESSION_EPOCH (a replayed request) with the fall back
+to full fetches, and the response limit's rotation. Every scenario ends with each replica holding each record once."""
+
+import json
 
 import pytest
+from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
@@ -155,3 +158,47 @@ def test_partitions_that_returned_records_go_to_the_back_so_none_starves(spark, 
                     if not r["is_leader"] and r["partition"] in quiet}
     # round 1 served the busy partitions; round 2 served the quiet ones first, as they never had
     assert follower_leo == {p: 1 for p in quiet}
+
+
+def _replay_last_request(cluster, fetcher, leader):
+    """Rolls `fetcher`'s handle for `leader` back one epoch in the newest rounds row, as if its
+    last request were sent again (a response lost on the way back): the leader has moved on."""
+    last = cluster.storage.read("rounds").orderBy(F.col("round_id").desc()).first()
+    data = json.loads(last["fetch_sessions"])
+    (handle,) = [h for h in data["handles"] if (h["fetcher"], h["leader"]) == (fetcher, leader)]
+    handle["epoch"] -= 1
+    DeltaTable.forPath(cluster.spark, cluster.storage.path("rounds")).update(
+        F.col("round_id") == last["round_id"], {"fetch_sessions": F.lit(json.dumps(data))})
+    return handle["session_id"]
+
+
+def test_a_replayed_fetch_gets_invalid_fetch_session_epoch_and_a_new_session_loses_nothing(spark, tmp_path, clock):
+    root = str(tmp_path / "c")
+    cluster = Cluster.create(spark, root, brokers=3, clock=clock)
+    cluster.create_topic("t", partitions=3, replication_factor=3)  # leaders 0, 1, 2
+    cluster.produce("t", [{"value": "a", "partition": 0}], acks="all")
+    rounds(cluster, clock, 3)  # sessions opened, then incremental
+    old_id = _replay_last_request(cluster, "replica-1", 0)
+    cluster = Cluster.open(spark, root, clock=clock)
+    cluster.produce("t", [{"value": "b", "partition": 0}, {"value": "c", "partition": 1}], acks="all")
+    first = rounds(cluster, clock, 1)[0]
+    pairs = {(c.fetcher, c.leader): c for c in cluster.fetch_requests()}
+    assert (pairs[("replica-1", 0)].kind, pairs[("replica-1", 0)].error_code, pairs[("replica-1", 0)].session_id) == \
+        ("error", ErrorCode.INVALID_FETCH_SESSION_EPOCH, old_id)
+    assert {c.kind for k, c in pairs.items() if k != ("replica-1", 0)} == {"incremental"}
+    # the errored fetch carried nothing: partition 0's HW waits for replica-1 (in the ISR)
+    assert {r["partition"]: r["high_watermark"] for r in cluster.describe("t").collect()}[0] == 1
+    assert first.records_replicated == 3  # b to replica-2; c to both of partition 1's followers
+    rounds(cluster, clock, 1)
+    retry = {(c.fetcher, c.leader): c for c in cluster.fetch_requests()}
+    # the fetcher fell back to a full fetch that opened a new session (the old one is closed)
+    assert retry[("replica-1", 0)].kind == "full"
+    assert retry[("replica-1", 0)].session_id not in (0, old_id)
+    sessions_of_0 = {s["fetcher"]: s["session_id"] for s in cluster.fetch_sessions().collect() if s["leader"] == 0}
+    assert sessions_of_0["replica-1"] == retry[("replica-1", 0)].session_id
+    rounds(cluster, clock, 2)
+    assert {c.kind for c in cluster.fetch_requests()} == {"incremental"}
+    assert_replicated_once(cluster, "t", [b"a", b"b", b"c"])
+    assert sorted((r["partition"], r["high_watermark"]) for r in cluster.describe("t").collect()) == \
+        [(0, 2), (1, 1), (2, 0)]
+    assert set(r["status"] for r in cluster.produce_results().collect()) == {"acked"}
