@@ -1,7 +1,8 @@
 """KIP-227 through rounds on real Delta tables: what incremental requests and responses carry
 against full fetches, the session cache in replog.fetch_sessions and the metrics, eviction,
 FETCH_SESSION_ID_NOT_FOUND and INVALID_FETCH_SESSION_EPOCH (a replayed request) with the fall back
-to full fetches, and the response limit's rotation. Every scenario ends with each replica holding each record once."""
+to full fetches, and the response limit's rotation. Every scenario ends with each replica holding
+each record once."""
 
 import json
 
