@@ -336,6 +336,7 @@ def freshness(spark, partitions: int, rate: int, seconds: int, seed: int) -> dic
                 raise RuntimeError(f"the replication job did not run {JOB_WARM_UP_ROUNDS} rounds; see {log.name}")
             time.sleep(2)
         produced, visible, polls, produce_s = {}, {}, [], []
+        produced_wall, visible_wall = {}, {}  # epoch ms, to place each produce among the job's rounds
         produced_lock = threading.Lock()  # the producer adds to `produced` while the polls read it
         started = time.monotonic()
         failure: list[BaseException] = []
@@ -351,9 +352,9 @@ def freshness(spark, partitions: int, rate: int, seconds: int, seed: int) -> dic
                                for i in range(rate)]
                     call = time.monotonic()
                     cluster.produce("fresh", records, acks=1)
-                    returned = time.monotonic()
+                    returned, returned_wall = time.monotonic(), time.time_ns() // 1_000_000
                     with produced_lock:
-                        produced[batch] = returned
+                        produced[batch], produced_wall[batch] = returned, returned_wall
                     produce_s.append(returned - call)
                     batch += 1
             except BaseException as e:  # noqa: BLE001 - reported by the main thread
@@ -375,11 +376,11 @@ def freshness(spark, partitions: int, rate: int, seconds: int, seed: int) -> dic
             seen = spark.sql(
                 "SELECT CAST(substring_index(CAST(value AS STRING), ':', 1) AS INT) AS b, count(*) AS n "
                 f"FROM replog.committed WHERE topic = 'fresh' GROUP BY 1 HAVING b >= {oldest[0]}").collect()
-            now = time.monotonic()
+            now, now_wall = time.monotonic(), time.time_ns() // 1_000_000
             polls.append(now - poll_start)
             for r in seen:
                 if r["n"] == rate and r["b"] in produced and r["b"] not in visible:
-                    visible[r["b"]] = now
+                    visible[r["b"]], visible_wall[r["b"]] = now, now_wall
         sender.join()
         if failure:
             raise failure[0]
@@ -387,7 +388,9 @@ def freshness(spark, partitions: int, rate: int, seconds: int, seed: int) -> dic
         latencies = sorted(latency.values())
         later = [s for b, s in latency.items() if b >= len(produced) // 2]
         rounds = [r.asDict() for r in cluster.rounds().orderBy("round_id").select(
-            "round_id", "duration_ms", "records_appended", "active_partitions", "isr_shrinks", "isr_expands").collect()]
+            "round_id", "now_ms", "duration_ms", "records_appended", "active_partitions", "isr_shrinks",
+            "isr_expands").collect()]
+        waited = rounds_waited(produced_wall, visible_wall, rounds)
         durations = [r["duration_ms"] / 1000 for r in rounds if r["records_appended"]]  # rounds with traffic
         return {
             "partitions": partitions, "rate": rate, "seconds": seconds, "produces": len(produced),
@@ -400,6 +403,7 @@ def freshness(spark, partitions: int, rate: int, seconds: int, seed: int) -> dic
             "produce_median_s": statistics.median(produce_s) if produce_s else None,
             "round_median_s": statistics.median(durations) if durations else None, "rounds": len(rounds),
             "round_figures": rounds, "job_warm_up_rounds": JOB_WARM_UP_ROUNDS,
+            "rounds_waited": {str(n): waited.count(n) for n in sorted(set(waited))},
             "micro_batch_s": _micro_batches(os.path.join(workdir, "job.log")),
         }
     finally:
@@ -410,6 +414,15 @@ def freshness(spark, partitions: int, rate: int, seconds: int, seed: int) -> dic
             job.kill()
         log.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def rounds_waited(produced_ms: dict, visible_ms: dict, rounds: list[dict]) -> list[int]:
+    """For each produce seen: how many of the job's rounds ended (now_ms + duration_ms, the round's
+    commits done) after produce() returned and before the poll that saw its records ended. A record
+    waits for the round in progress and the round that appends and commits it: 2 at most (issue 7,
+    target 2); 3 or more means a round that could have taken it did not, or a slow poll."""
+    ends = sorted(r["now_ms"] + r["duration_ms"] for r in rounds)
+    return [sum(1 for e in ends if produced_ms[b] < e <= visible_ms[b]) for b in sorted(visible_ms)]
 
 
 def _micro_batches(job_log: str) -> list[float]:
@@ -505,7 +518,16 @@ def freshness_table(data: dict) -> str:
         f"| {f(r['max_s'])} | {f(r['round_median_s'])} | {f(r.get('produce_median_s'))} "
         f"| {f(r['poll_median_s'])} |",
         "", "Targets: p50 <= 3 s, p99 <= 6 s, never more than 2 rounds plus the trigger interval.",
-        *_round_line(r)])
+        *_round_line(r), *_waited_line(r)])
+
+
+def _waited_line(r: dict) -> list[str]:
+    waited = r.get("rounds_waited")
+    if not waited:
+        return []
+    counts = ", ".join(f"{n}: {c}" for n, c in waited.items())
+    return ["", "Rounds that ended while a produce waited to be seen (produce() returning to the poll "
+                f"that saw it), produces per count: {counts}."]
 
 
 def _round_line(r: dict) -> list[str]:
