@@ -10,7 +10,8 @@ from pyspark.sql import functions as F
 
 from pipeline.errors import ErrorCode
 
-__all__ = ["BATCHES_TO_RETAIN", "producer_batches", "check_producer_sequences", "retained_batches"]
+__all__ = ["BATCHES_TO_RETAIN", "producer_batches", "check_producer_sequences", "retained_batches",
+           "batches_in_leader_log"]
 
 BATCHES_TO_RETAIN = 5
 BATCH_KEY = ["request_id", "topic", "partition"]
@@ -33,6 +34,24 @@ def producer_batches(rows_df: DataFrame) -> DataFrame:
                     | (F.col("last_sequence") - F.col("base_sequence") + 1 != F.col("record_count")))
         .drop("_ids", "_with_sequence")
     )
+
+
+def batches_in_leader_log(state_df: DataFrame, elections_df: DataFrame) -> DataFrame:
+    """The stored batches the partition's leader still holds. A new leader has the log it had as a
+    follower, up to its LEO at the election (the elections' start_offset), and its producer state is
+    built from that log (Kafka's ProducerStateManager.truncateAndReload). So a batch appended before
+    an election (an earlier round) at or above that election's start offset is not in the new
+    leader's log: it is dropped, and a retry of it is a new batch, not a duplicate of records that are
+    gone. An election without a leader (no start_offset) moves no log.
+
+    state_df: the producers table (with round_id); elections_df: topic, partition, round_id,
+    start_offset."""
+    cuts = elections_df.filter(F.col("start_offset").isNotNull()).select(
+        F.col("topic").alias("_topic"), F.col("partition").alias("_partition"),
+        F.col("round_id").alias("_election_round"), F.col("start_offset").alias("_start_offset"))
+    gone = ((F.col("topic") == F.col("_topic")) & (F.col("partition") == F.col("_partition"))
+            & (F.col("_election_round") > F.col("round_id")) & (F.col("last_offset") >= F.col("_start_offset")))
+    return state_df.join(cuts, on=gone, how="left_anti")
 
 
 def retained_batches(state_df: DataFrame) -> DataFrame:

@@ -681,7 +681,9 @@ def _check_idempotent_producers(storage: Storage, validated: DataFrame) -> tuple
     """(rows with sequence errors added and `is_duplicate`, the per-batch checks). A round without
     idempotent batches reads no producer state: its checks are empty (pruned by the optimizer)."""
     idempotent = validated.filter(F.col("error_code").isNull() & F.col("producer_id").isNotNull())
-    stored = storage.read("producers").drop("round_id")
+    stored = producer_state.batches_in_leader_log(
+        storage.read("producers"), storage.read("elections").select(*PARTITION_KEY, "round_id", "start_offset")
+    ).drop("round_id")
     if not idempotent.limit(1).collect():
         empty = producer_state.check_producer_sequences(producer_state.producer_batches(idempotent.limit(0)),
                                                         producer_state.retained_batches(stored.limit(0)))
