@@ -53,6 +53,18 @@ the session's interpreted expressions, and the raw append of the rows to one Del
 ways. Reported: medians and the ratio. Writes benchmarks/produce.json.
 
     .venv/bin/python jobs/benchmark.py --scenario produce --records 1000000 --rounds 3
+
+Scenario `endurance` (issue 7, target 4): a cluster of P partitions (3 brokers, RF 3) runs N
+rounds of steady traffic (k records into k random partitions before each round), each followed by
+what the replication job does after a round: Delta table maintenance when log.maintenance.interval.ms
+has passed, the log cleaner when log.cleaner.backoff.ms has. The cluster clock advances by each
+round's own wall time (at least the 500 ms trigger), as the job's does with rounds back to back.
+Reported: the median round of rounds 500-1000 and of the last 500 (a run under 1,500 rounds: 5-10%
+and the last 5% of it), their ratio (target <= 1.2x), the maintenance passes, and every 100 rounds
+the median of those 100, the driver JVM's RSS and the files in the tables' snapshots and
+`_delta_log` directories. Writes benchmarks/endurance.json every 100 rounds.
+
+    .venv/bin/python jobs/benchmark.py --scenario endurance --partitions 100 --rounds 10000 --changed 100
 """
 
 from __future__ import annotations
@@ -489,6 +501,111 @@ def maintenance_run(spark, partitions: int, rounds: int, changed: int, window: i
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def endurance_windows(rounds: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Issue 7 target 4's two windows of round numbers (1-based, inclusive): rounds 500-1000 and
+    the last 500. A run shorter than 1,500 rounds gets the same shares of its length (5-10% and
+    the last 5%), so the two never overlap."""
+    if rounds >= 1500:
+        return (501, 1000), (rounds - 499, rounds)
+    share = max(rounds // 20, 1)
+    return (share + 1, 2 * share), (rounds - share + 1, rounds)
+
+
+def endurance_figures(round_s: list[float], rounds: int) -> dict:
+    """The medians of the two windows over the rounds measured so far, and their ratio (last /
+    early; the target is <= 1.2); None where a window has no rounds yet."""
+    (e0, e1), (l0, l1) = endurance_windows(rounds)
+    early, last = round_s[e0 - 1:e1], round_s[l0 - 1:l1]
+    early_s = statistics.median(early) if early else None
+    last_s = statistics.median(last) if last else None
+    return {"early_window": [e0, e1], "last_window": [l0, l1], "early_median_s": early_s,
+            "last_median_s": last_s,
+            "ratio": last_s / early_s if early_s and last_s is not None else None}
+
+
+def jvm_rss_mb(spark) -> float | None:
+    """The driver JVM's resident set now (Linux /proc), MB."""
+    try:
+        pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, AttributeError):
+        return None
+    return None
+
+
+def endurance_run(spark, partitions: int, rounds: int, changed: int, seed: int, out: str, command: str,
+                  machine: str, config: dict | None = None) -> dict:
+    """`rounds` rounds of steady traffic (k records into k random partitions before each), each
+    followed by what the replication job does after a round (jobs/replicate.py: maintain_if_due,
+    then compact_if_due). The cluster clock advances by each round's wall time, at least the
+    trigger interval, as the job's clock does when rounds run back to back, so the maintenance
+    interval (log.maintenance.interval.ms) comes round as it would in the job. The JSON is
+    rewritten every 100 rounds, so a run that is stopped keeps what it measured."""
+    rng = random.Random(seed)
+    workdir = tempfile.mkdtemp(prefix="bench-endurance-")
+    try:
+        clock = ManualClock(start_ms=0)
+        cluster = Cluster.create(spark, os.path.join(workdir, "cluster"), brokers=3, clock=clock, config=config)
+        cluster.create_topic("bench", partitions=partitions, replication_factor=3)
+        round_s, passes, samples = [], [], []
+
+        def result() -> dict:
+            return {"partitions": partitions, "rounds": rounds, "changed": changed, "rounds_run": len(round_s),
+                    **endurance_figures(round_s, rounds), "maintenance_passes": passes, "samples": samples,
+                    "round_s": round_s, "driver_jvm_peak_rss_mb": jvm_peak_rss_mb(spark)}
+
+        for n in range(1, rounds + 1):
+            cluster.produce("bench", [{"value": f"v{rng.random()}", "partition": p}
+                                      for p in rng.sample(range(partitions), min(changed, partitions))], acks=1)
+            took, _ = timed_round(cluster)
+            round_s.append(took)
+            clock.advance(max(STEP_MS, int(took * 1000)))
+            started = time.perf_counter()
+            maintained = cluster.maintain_if_due()
+            if maintained is not None:
+                passes.append({"after_round": n, "seconds": time.perf_counter() - started,
+                               "compacted": len(maintained.compacted), "files_removed": maintained.files_removed,
+                               "files_vacuumed": maintained.files_vacuumed})
+            cluster.compact_if_due()
+            if n % 100 == 0 or n == rounds:
+                recent = round_s[-100:]
+                samples.append({"after_round": n, "median_s_last_100": statistics.median(recent),
+                                "driver_jvm_rss_mb": jvm_rss_mb(spark), **_table_files(cluster)})
+                print(f"endurance: round {n}/{rounds}, median of the last {len(recent)} "
+                      f"{samples[-1]['median_s_last_100']:.2f} s, {len(passes)} maintenance passes", flush=True)
+                with open(out, "w") as f:
+                    json.dump({"scenario": "endurance", "machine": machine, "command": command,
+                               "results": result()}, f, indent=2)
+        return result()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def endurance_table(data: dict) -> str:
+    r = data["results"]
+    (e0, e1), (l0, l1) = r["early_window"], r["last_window"]
+    early = f"{r['early_median_s']:.2f}" if r["early_median_s"] is not None else "-"
+    last = f"{r['last_median_s']:.2f}" if r["last_median_s"] is not None else "-"
+    ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
+    first, final = r["samples"][0], r["samples"][-1]
+    peak = f" Driver JVM peak RSS {r['driver_jvm_peak_rss_mb']:,.0f} MB." if r["driver_jvm_peak_rss_mb"] else ""
+    return "\n".join([
+        f"Machine: {data['machine']}. Command: `{data['command']}`.", "",
+        f"| P | rounds run / asked | median, rounds {e0:,}-{e1:,} (s) | median, rounds {l0:,}-{l1:,} (s) "
+        f"| last / early | maintenance passes | driver JVM RSS after round {first['after_round']:,} / "
+        f"{final['after_round']:,} (MB) |",
+        "|---|---|---|---|---|---|---|",
+        f"| {r['partitions']:,} | {r['rounds_run']:,} / {r['rounds']:,} | {early} | {last} | {ratio} "
+        f"| {len(r['maintenance_passes'])} | {first['driver_jvm_rss_mb']:,.0f} / {final['driver_jvm_rss_mb']:,.0f} |",
+        "", f"Target: the last 500 rounds' median within 1.2x of rounds 500-1000's (10,000 rounds). "
+            f"Data files in the snapshots after round {first['after_round']:,} / {final['after_round']:,}: "
+            f"{first['snapshot_files']:,} / {final['snapshot_files']:,}; `_delta_log` files: "
+            f"{first['delta_log_files']:,} / {final['delta_log_files']:,}." + peak])
+
+
 def maintenance_table(data: dict) -> str:
     r = data["results"]
     b, a = r["before"], r["after"]
@@ -574,7 +691,7 @@ def update_readme(path: str, text: str, scenario: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenario", choices=["fetch-sessions", "throughput", "freshness", "maintenance", "produce"],
+    parser.add_argument("--scenario", choices=["fetch-sessions", "throughput", "freshness", "maintenance", "produce", "endurance"],
                         default="fetch-sessions")
     parser.add_argument("--rate", type=int, default=1000, help="freshness: records produced per second")
     parser.add_argument("--seconds", type=int, default=180, help="freshness: how long the producer runs")
@@ -584,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, nargs="+",
                         help="fetch-sessions: P values (default 1000 10000 100000); throughput: one P (default 100)")
     parser.add_argument("--changed", type=int, default=100, help="partitions produced to per round (k)")
-    parser.add_argument("--rounds", type=int, default=20, help="measured active rounds per P (maintenance: rounds before the pass; produce: repeats)")
+    parser.add_argument("--rounds", type=int, default=20, help="measured active rounds per P (maintenance: rounds before the pass; produce: repeats; endurance: rounds)")
     parser.add_argument("--warm-up", type=int, default=3)
     parser.add_argument("--idle-rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=227)
@@ -592,6 +709,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readme", action="store_true", help="rewrite the README's table")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the session (repeatable)")
+    parser.add_argument("--cluster-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="endurance: a cluster setting (repeatable), e.g. log.maintenance.interval.ms=60000")
     args = parser.parse_args(argv)
     spark = get_spark(extra={"spark.ui.enabled": "false", **dict(c.split("=", 1) for c in args.conf)})
     machine = (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
@@ -626,6 +745,15 @@ def main(argv: list[str] | None = None) -> int:
                 "command": f"jobs/benchmark.py --scenario maintenance --partitions {partitions} --rounds {args.rounds} "
                            f"--changed {args.changed}"}
         return _write(data, out, maintenance_table(data), args.readme, plotted=False)
+    if args.scenario == "endurance":
+        partitions = args.partitions[0] if args.partitions else 100
+        command = (f"jobs/benchmark.py --scenario endurance --partitions {partitions} --rounds {args.rounds} "
+                   f"--changed {args.changed}" + "".join(f" --cluster-config {c}" for c in args.cluster_config))
+        config = {k: int(v) if v.lstrip("-").isdigit() else v for k, v in (c.split("=", 1) for c in args.cluster_config)}
+        result = endurance_run(spark, partitions, args.rounds, args.changed, args.seed, out, command, machine,
+                               config or None)
+        data = {"scenario": args.scenario, "machine": machine, "results": result, "command": command}
+        return _write(data, out, endurance_table(data), args.readme, plotted=False)
     args.partitions = args.partitions or [1000, 10000, 100000]
     results = [fetch_sessions(spark, p, args.changed, args.rounds, args.warm_up, args.idle_rounds, args.seed)
                for p in sorted(args.partitions)]

@@ -21,3 +21,21 @@ def test_the_readme_line_gives_produces_per_count_and_nothing_without_figures():
         "", "Rounds that ended while a produce waited to be seen (produce() returning to the poll that saw it), "
             "produces per count: 1: 3, 2: 5."]
     assert _waited_line({}) == []
+
+
+def test_the_endurance_windows_are_the_targets_and_shrink_with_a_short_run():
+    from jobs.benchmark import endurance_windows
+    assert endurance_windows(10_000) == ((501, 1000), (9501, 10_000))
+    assert endurance_windows(1500) == ((501, 1000), (1001, 1500))
+    assert endurance_windows(200) == ((11, 20), (191, 200))
+
+
+def test_the_endurance_ratio_is_the_last_windows_median_over_the_early_ones():
+    from jobs.benchmark import endurance_figures
+    round_s = [1.0] * 10 + [2.0, 2.0, 3.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 9.0] + [5.0] * 170 + [3.0] * 10
+    figures = endurance_figures(round_s, 200)
+    assert figures == {"early_window": [11, 20], "last_window": [191, 200], "early_median_s": 2.0,
+                       "last_median_s": 3.0, "ratio": 1.5}
+    # part way through a run: the last window has no rounds yet
+    assert endurance_figures(round_s[:50], 200)["last_median_s"] is None
+    assert endurance_figures(round_s[:50], 200)["ratio"] is None
