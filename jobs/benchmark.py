@@ -88,17 +88,23 @@ MODES = ("incremental", "full")
 STEP_MS = 500  # the default trigger interval: replica.fetch.wait.max.ms
 
 
-def jvm_peak_rss_mb(spark) -> float | None:
-    """The driver JVM's peak resident set (Linux /proc), MB."""
+def jvm_status_mb(spark, field: str = "VmHWM") -> float | None:
+    """A memory figure of the driver JVM from Linux /proc, MB: VmHWM its peak resident set, VmRSS
+    the resident set now."""
     try:
         pid = spark._jvm.java.lang.ProcessHandle.current().pid()
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) / 1024
     except (OSError, AttributeError):
         return None
     return None
+
+
+def jvm_peak_rss_mb(spark) -> float | None:
+    """The driver JVM's peak resident set (Linux /proc), MB."""
+    return jvm_status_mb(spark, "VmHWM")
 
 
 def timed_round(cluster: Cluster) -> tuple[float, object]:
@@ -523,19 +529,6 @@ def endurance_figures(round_s: list[float], rounds: int) -> dict:
             "ratio": last_s / early_s if early_s and last_s is not None else None}
 
 
-def jvm_rss_mb(spark) -> float | None:
-    """The driver JVM's resident set now (Linux /proc), MB."""
-    try:
-        pid = spark._jvm.java.lang.ProcessHandle.current().pid()
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except (OSError, AttributeError):
-        return None
-    return None
-
-
 def endurance_run(spark, partitions: int, rounds: int, changed: int, seed: int, out: str, command: str,
                   machine: str, config: dict | None = None) -> dict:
     """`rounds` rounds of steady traffic (k records into k random partitions before each), each
@@ -573,7 +566,7 @@ def endurance_run(spark, partitions: int, rounds: int, changed: int, seed: int, 
             if n % 100 == 0 or n == rounds:
                 recent = round_s[-100:]
                 samples.append({"after_round": n, "median_s_last_100": statistics.median(recent),
-                                "driver_jvm_rss_mb": jvm_rss_mb(spark), **_table_files(cluster)})
+                                "driver_jvm_rss_mb": jvm_status_mb(spark, "VmRSS"), **_table_files(cluster)})
                 print(f"endurance: round {n}/{rounds}, median of the last {len(recent)} "
                       f"{samples[-1]['median_s_last_100']:.2f} s, {len(passes)} maintenance passes", flush=True)
                 with open(out, "w") as f:
@@ -691,8 +684,8 @@ def update_readme(path: str, text: str, scenario: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenario", choices=["fetch-sessions", "throughput", "freshness", "maintenance", "produce", "endurance"],
-                        default="fetch-sessions")
+    parser.add_argument("--scenario", default="fetch-sessions", choices=[
+        "fetch-sessions", "throughput", "freshness", "maintenance", "produce", "endurance"])
     parser.add_argument("--rate", type=int, default=1000, help="freshness: records produced per second")
     parser.add_argument("--seconds", type=int, default=180, help="freshness: how long the producer runs")
     parser.add_argument("--records", type=int, default=5_000_000, help="throughput: records produced")
@@ -701,7 +694,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, nargs="+",
                         help="fetch-sessions: P values (default 1000 10000 100000); throughput: one P (default 100)")
     parser.add_argument("--changed", type=int, default=100, help="partitions produced to per round (k)")
-    parser.add_argument("--rounds", type=int, default=20, help="measured active rounds per P (maintenance: rounds before the pass; produce: repeats; endurance: rounds)")
+    parser.add_argument("--rounds", type=int, default=20, help="measured active rounds per P (maintenance: rounds "
+                        "before the pass; produce: repeats; endurance: rounds)")
     parser.add_argument("--warm-up", type=int, default=3)
     parser.add_argument("--idle-rounds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=227)
@@ -749,7 +743,8 @@ def main(argv: list[str] | None = None) -> int:
         partitions = args.partitions[0] if args.partitions else 100
         command = (f"jobs/benchmark.py --scenario endurance --partitions {partitions} --rounds {args.rounds} "
                    f"--changed {args.changed}" + "".join(f" --cluster-config {c}" for c in args.cluster_config))
-        config = {k: int(v) if v.lstrip("-").isdigit() else v for k, v in (c.split("=", 1) for c in args.cluster_config)}
+        config = {k: int(v) if v.lstrip("-").isdigit() else v
+                  for k, v in (c.split("=", 1) for c in args.cluster_config)}
         result = endurance_run(spark, partitions, args.rounds, args.changed, args.seed, out, command, machine,
                                config or None)
         data = {"scenario": args.scenario, "machine": machine, "results": result, "command": command}
