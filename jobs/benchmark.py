@@ -102,9 +102,10 @@ def jvm_status_mb(spark, field: str = "VmHWM") -> float | None:
     return None
 
 
-def jvm_peak_rss_mb(spark) -> float | None:
-    """The driver JVM's peak resident set (Linux /proc), MB."""
-    return jvm_status_mb(spark, "VmHWM")
+def produce_steady(cluster: Cluster, rng: random.Random, partitions: int, changed: int) -> None:
+    """Steady traffic before a round: one record into each of `changed` random partitions, acks=1."""
+    cluster.produce("bench", [{"value": f"v{rng.random()}", "partition": p}
+                              for p in rng.sample(range(partitions), min(changed, partitions))], acks=1)
 
 
 def timed_round(cluster: Cluster) -> tuple[float, object]:
@@ -158,7 +159,7 @@ def fetch_sessions(spark, partitions: int, changed: int, rounds: int, warm_up: i
                 "response_partitions_median": statistics.median(s["response"]),
                 "active_s": s["active"], "idle_s": s["idle"],
             }
-        out["driver_jvm_peak_rss_mb"] = jvm_peak_rss_mb(spark)
+        out["driver_jvm_peak_rss_mb"] = jvm_status_mb(spark)
         return out
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -266,7 +267,7 @@ def throughput(spark, records: int, partitions: int, value_bytes: int, max_round
             "replicated_s": replicated_s, "produce_s": produce_s, "rounds": len(rounds),
             "replicated_records_per_s": records / replicated_s, "replicated_mb_per_s": mb / replicated_s,
             "ratio": raw_s / replicated_s, "round_s": [r["s"] for r in rounds],
-            "driver_jvm_peak_rss_mb": jvm_peak_rss_mb(spark),
+            "driver_jvm_peak_rss_mb": jvm_status_mb(spark),
         }
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -480,8 +481,7 @@ def maintenance_run(spark, partitions: int, rounds: int, changed: int, window: i
         round_s = []
 
         def traffic_round() -> float:
-            cluster.produce("bench", [{"value": f"v{rng.random()}", "partition": p}
-                                      for p in rng.sample(range(partitions), min(changed, partitions))], acks=1)
+            produce_steady(cluster, rng, partitions, changed)
             clock.advance(STEP_MS)
             return timed_round(cluster)[0]
 
@@ -501,7 +501,7 @@ def maintenance_run(spark, partitions: int, rounds: int, changed: int, window: i
             "files_removed": report.files_removed, "files_added": report.files_added,
             "round_median_before_s": statistics.median(round_s[-window:]),
             "round_median_after_s": statistics.median(after_rounds), "round_s": round_s + after_rounds,
-            "driver_jvm_peak_rss_mb": jvm_peak_rss_mb(spark),
+            "driver_jvm_peak_rss_mb": jvm_status_mb(spark),
         }
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -548,11 +548,10 @@ def endurance_run(spark, partitions: int, rounds: int, changed: int, seed: int, 
         def result() -> dict:
             return {"partitions": partitions, "rounds": rounds, "changed": changed, "rounds_run": len(round_s),
                     **endurance_figures(round_s, rounds), "maintenance_passes": passes, "samples": samples,
-                    "round_s": round_s, "driver_jvm_peak_rss_mb": jvm_peak_rss_mb(spark)}
+                    "round_s": round_s, "driver_jvm_peak_rss_mb": jvm_status_mb(spark)}
 
         for n in range(1, rounds + 1):
-            cluster.produce("bench", [{"value": f"v{rng.random()}", "partition": p}
-                                      for p in rng.sample(range(partitions), min(changed, partitions))], acks=1)
+            produce_steady(cluster, rng, partitions, changed)
             took, _ = timed_round(cluster)
             round_s.append(took)
             clock.advance(max(STEP_MS, int(took * 1000)))

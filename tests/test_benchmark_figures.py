@@ -1,7 +1,7 @@
 """The benchmark's own arithmetic (jobs/benchmark.py), where a figure in the README depends on it:
 how many of the job's rounds a produce waited for (issue 7, target 2)."""
 
-from jobs.benchmark import _waited_line, rounds_waited
+from jobs.benchmark import _waited_line, endurance_figures, endurance_windows, rounds_waited
 
 # four rounds of the job, back to back: they end at 1,500, 3,600, 5,700 and 7,800 ms
 ROUNDS = [{"now_ms": 0, "duration_ms": 1500}, {"now_ms": 1600, "duration_ms": 2000},
@@ -24,14 +24,12 @@ def test_the_readme_line_gives_produces_per_count_and_nothing_without_figures():
 
 
 def test_the_endurance_windows_are_the_targets_and_shrink_with_a_short_run():
-    from jobs.benchmark import endurance_windows
     assert endurance_windows(10_000) == ((501, 1000), (9501, 10_000))
     assert endurance_windows(1500) == ((501, 1000), (1001, 1500))
     assert endurance_windows(200) == ((11, 20), (191, 200))
 
 
 def test_the_endurance_ratio_is_the_last_windows_median_over_the_early_ones():
-    from jobs.benchmark import endurance_figures
     round_s = [1.0] * 10 + [2.0, 2.0, 3.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 9.0] + [5.0] * 170 + [3.0] * 10
     figures = endurance_figures(round_s, 200)
     assert figures == {"early_window": [11, 20], "last_window": [191, 200], "early_median_s": 2.0,
