@@ -1,7 +1,10 @@
 """The benchmark's own arithmetic (jobs/benchmark.py), where a figure in the README depends on it:
 how many of the job's rounds a produce waited for (issue 7, target 2)."""
 
-from jobs.benchmark import _waited_line, endurance_figures, endurance_windows, rounds_waited
+import os
+
+from jobs.benchmark import (_job_rss_line, _waited_line, endurance_figures, endurance_windows, job_jvm_peak_rss_mb,
+                            rounds_waited)
 
 # four rounds of the job, back to back: they end at 1,500, 3,600, 5,700 and 7,800 ms
 ROUNDS = [{"now_ms": 0, "duration_ms": 1500}, {"now_ms": 1600, "duration_ms": 2000},
@@ -21,6 +24,26 @@ def test_the_readme_line_gives_produces_per_count_and_nothing_without_figures():
         "", "Rounds that ended while a produce waited to be seen (produce() returning to the poll that saw it), "
             "produces per count: 1: 3, 2: 5."]
     assert _waited_line({}) == []
+
+
+def test_idle_rounds_are_not_counted_as_rounds_a_produce_waited_for():
+    # the job's first round takes produce 0; then a quiet job runs idle rounds (nothing fetched,
+    # appended or changed) while the poll that sees it runs
+    rounds = [{"now_ms": 0, "duration_ms": 1500, "fetch_request_partitions": 3, "records_appended": 1,
+               "isr_shrinks": 0, "isr_expands": 0}] + [
+        {"now_ms": 1500 + 500 * i, "duration_ms": 0, "fetch_request_partitions": 0, "records_appended": 0,
+         "isr_shrinks": 0, "isr_expands": 0} for i in range(1, 6)] + [
+        {"now_ms": 5000, "duration_ms": 100, "fetch_request_partitions": 0, "records_appended": 0,
+         "isr_shrinks": 1, "isr_expands": 0}]
+    assert rounds_waited({0: 1000}, {0: 4000}, rounds) == [1]
+    assert rounds_waited({0: 1000}, {0: 6000}, rounds) == [2]  # an ISR change can move the HW
+
+
+def test_the_jobs_peak_rss_is_read_only_from_a_jvm_and_printed_when_there_is_one():
+    assert job_jvm_peak_rss_mb(os.getpid()) is None  # this process is Python, not the job's JVM
+    assert _job_rss_line({"job_driver_jvm_peak_rss_mb": 2345.6}) == [
+        "", "The replication job's driver JVM peak RSS: 2,346 MB."]
+    assert _job_rss_line({}) == []
 
 
 def test_the_endurance_windows_are_the_targets_and_shrink_with_a_short_run():
