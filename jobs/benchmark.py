@@ -25,9 +25,10 @@ see rounds, not this machine's speed. Writes benchmarks/throughput.json.
 Scenario `freshness` (issue 7, target 2): the streaming job (`spark-submit jobs/replicate.py`, its
 default trigger) runs in its own process on a cluster of P partitions (3 brokers, RF 3) while this
 process produces R records per second (one produce() per second, random partitions, acks=1) and
-polls `SELECT ... FROM replog.committed` for them. Per produce: seconds from produce() returning to
-the end of the first poll that sees all of its records (an upper bound; each poll's own time is in
-the JSON). The producer starts once the job has run its first 3 rounds (the first reads every
+polls `SELECT ... FROM replog.committed` for them, back to back (or `--poll-pause` seconds apart:
+the polls share the 2 cores with the job). Per produce: seconds from produce() returning to the end
+of the first poll that sees all of its records (an upper bound; each poll's own time is in the
+JSON). The producer starts once the job has run its first 3 rounds (the first reads every
 partition's metadata and state), and runs in a thread of its own, on its one-second schedule; the
 polls run in the main thread. When one produce() takes longer than a second the producer falls
 behind the rate asked, and the table shows the rate sent. Writes benchmarks/freshness.json.
@@ -350,7 +351,7 @@ def produce_table(data: dict) -> str:
 JOB_WARM_UP_ROUNDS = 3
 
 
-def freshness(spark, partitions: int, rate: int, seconds: int, seed: int) -> dict:
+def freshness(spark, partitions: int, rate: int, seconds: int, seed: int, poll_pause: float = 0.0) -> dict:
     import subprocess
     import sys
 
@@ -411,6 +412,8 @@ def freshness(spark, partitions: int, rate: int, seconds: int, seed: int) -> dic
             if not oldest:
                 time.sleep(0.05)
                 continue
+            if polls and poll_pause:  # a reader that looks every so often, not one that takes a core
+                time.sleep(poll_pause)
             poll_start = time.monotonic()
             seen = spark.sql(
                 "SELECT CAST(substring_index(CAST(value AS STRING), ':', 1) AS INT) AS b, count(*) AS n "
@@ -432,7 +435,8 @@ def freshness(spark, partitions: int, rate: int, seconds: int, seed: int) -> dic
         waited = rounds_waited(produced_wall, visible_wall, rounds)
         durations = [r["duration_ms"] / 1000 for r in rounds if r["records_appended"]]  # rounds with traffic
         return {
-            "partitions": partitions, "rate": rate, "seconds": seconds, "produces": len(produced),
+            "partitions": partitions, "rate": rate, "seconds": seconds, "poll_pause_s": poll_pause,
+            "produces": len(produced),
             "visible": len(visible),
             "p50_s": statistics.median(latencies) if latencies else None,
             "p99_s": latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else None,
@@ -718,6 +722,8 @@ def main(argv: list[str] | None = None) -> int:
         "fetch-sessions", "throughput", "freshness", "maintenance", "produce", "endurance"])
     parser.add_argument("--rate", type=int, default=1000, help="freshness: records produced per second")
     parser.add_argument("--seconds", type=int, default=180, help="freshness: how long the producer runs")
+    parser.add_argument("--poll-pause", type=float, default=0.0,
+                        help="freshness: seconds between one poll's end and the next poll (0: back to back)")
     parser.add_argument("--records", type=int, default=5_000_000, help="throughput: records produced")
     parser.add_argument("--value-bytes", type=int, default=100, help="throughput: bytes per value")
     parser.add_argument("--max-rounds", type=int, default=500, help="throughput: give up after this many")
@@ -749,10 +755,11 @@ def main(argv: list[str] | None = None) -> int:
         return _write(data, out, throughput_table(data), args.readme, plotted=False)
     if args.scenario == "freshness":
         partitions = args.partitions[0] if args.partitions else 10000
-        result = freshness(spark, partitions, args.rate, args.seconds, args.seed)
+        result = freshness(spark, partitions, args.rate, args.seconds, args.seed, args.poll_pause)
         data = {"scenario": args.scenario, "machine": machine, "results": result,
                 "command": f"jobs/benchmark.py --scenario freshness --partitions {partitions} --rate {args.rate} "
-                           f"--seconds {args.seconds}"}
+                           f"--seconds {args.seconds}"
+                           + (f" --poll-pause {args.poll_pause:g}" if args.poll_pause else "")}
         return _write(data, out, freshness_table(data), args.readme, plotted=False)
     if args.scenario == "produce":
         partitions = args.partitions[0] if args.partitions else 100
