@@ -1134,12 +1134,17 @@ class Cluster:
     # -- configs at run time (kafka-configs --alter) -----------------------------------------
     def _reload_config(self) -> None:
         """The cluster-wide config as another process may have altered it (a version check, ~4 ms);
-        a change drops the carried state, whose partitions hold the effective topic settings."""
+        a change drops the carried state, whose partitions hold the effective topic settings. A new
+        version with the same config (a maintenance pass records its time in the table's
+        properties) keeps it: dropping it would make the next round read every partition again."""
         version = self.storage.version("cluster")
         if version != self._config_version:
             row = self.storage.read("cluster").first()
-            self.config = with_defaults(json.loads(row["config"]))
-            self._config_version, self._carry, self._seen = version, None, None
+            config = with_defaults(json.loads(row["config"]))
+            self._config_version = version
+            if config == self.config:
+                return
+            self.config, self._carry, self._seen = config, None, None
             views.register_views(self.spark, self.storage, self.brokers, self.config["min.insync.replicas"])
 
     # -- client quotas (Kafka's design 4.9, pipeline/quotas.py) -------------------------------------

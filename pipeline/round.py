@@ -222,17 +222,18 @@ class Carry:
 STATE_COMPACTION_MIN_ROWS = 10_000
 
 
-def _compact_state_if_due(storage: Storage, current_rows: int, table_rows: int, round_id: int) -> int:
-    """Compacts replica_state when STATE_COMPACTION_MIN_ROWS says so; the table's rows after."""
+def _compact_state_if_due(storage: Storage, current_rows: int, table_rows: int, round_id: int) -> tuple[int, bool]:
+    """Compacts replica_state when STATE_COMPACTION_MIN_ROWS says so: the table's rows after, and
+    whether it committed a compaction (a table that holds only current rows may not have)."""
     if table_rows - current_rows < max(current_rows, STATE_COMPACTION_MIN_ROWS):
-        return table_rows
+        return table_rows, False
     try:
         storage.compact_replica_state(round_id)
     except Exception as e:  # another writer appended meanwhile: a later round compacts
         if not is_concurrent_conflict(e):
             raise
-        return table_rows
-    return current_rows
+        return table_rows, False
+    return current_rows, True
 
 
 # -- reading the inputs (pinned with localCheckpoint: the round writes to the same tables) ------
@@ -1431,9 +1432,9 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     # replica_state's rows: as many current ones as replicas, and the table's (counted from its
     # files' statistics when not carried)
     table_rows = (carry.state_table_rows if carry is not None else storage.read("replica_state").count())
-    table_rows = _compact_state_if_due(storage, state_rows.base_rows, table_rows + figures["state_rows"], round_id)
-    wrote = {"replica_state": int(bool(figures["state_rows"])) + int(table_rows == state_rows.base_rows)
-             + int(bool(figures["dropped_replicas"])),
+    table_rows, compacted = _compact_state_if_due(storage, state_rows.base_rows, table_rows + figures["state_rows"],
+                                                  round_id)
+    wrote = {"replica_state": int(bool(figures["state_rows"])) + int(compacted) + int(bool(figures["dropped_replicas"])),
              "topics": 0, "results": int(bool(figures["result_rows"])),
              "partitions": int(bool(figures["partition_changes"]))}
     carry_out = _carry_out(storage, seen, wrote, meta_rows, state_rows, isr_changed, state_out, pending_after,
