@@ -1233,6 +1233,13 @@ def table_versions(storage: Storage) -> tuple[int, ...]:
     return tuple(storage.version(t) for t in CARRIED_TABLES)
 
 
+def _rows_changed(storage: Storage, carried: tuple[int, ...], seen: tuple[int, ...]) -> bool:
+    """Whether another writer changed the rows of a carried table since the carry's versions. A
+    commit that changes no rows (a maintenance pass's compaction or properties) keeps the carry:
+    at P = 100,000 a round without one reads every partition again (33-53 s)."""
+    return any(c != s and storage.rows_changed(t, c, s) for t, c, s in zip(CARRIED_TABLES, carried, seen))
+
+
 def _carry_out(storage: Storage, seen: tuple[int, ...], wrote: dict[str, int], meta_rows: Keyed,
                state_rows: Keyed, isr_changed: DataFrame, state_out: DataFrame, pending_after: DataFrame,
                figures: dict[str, Any], attention: DataFrame, throttles: dict[int, int],
@@ -1290,7 +1297,7 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     watch = _Stopwatch(spark)
     inputs = with_input_versions(storage, inputs)
     seen = table_versions(storage)
-    if carry is not None and carry.versions != seen:
+    if carry is not None and _rows_changed(storage, carry.versions, seen):
         carry = None
     meta_before, state_rows = _read_meta_state(storage, inputs, carry)
     meta_rows, state_rows, step = _controller_step(storage, inputs, meta_before, state_rows)  # 1. controller

@@ -128,6 +128,9 @@ def is_concurrent_conflict(error: BaseException) -> bool:
     return type(error).__name__ in _CONFLICTS or any(f"io.delta.exceptions.{n}" in text for n in _CONFLICTS)
 
 
+# the parts of a Delta commit's actions that say whether it changed rows (Storage.rows_changed)
+_COMMIT_ACTIONS = "add STRUCT<dataChange: BOOLEAN>, remove STRUCT<dataChange: BOOLEAN>, cdc STRUCT<path: STRING>"
+
 def is_uri(root: str) -> bool:
     """s3a://..., abfss://..., gs://..., file:///... (or file:/...): a root Hadoop's FileSystem resolves."""
     return bool(_URI.match(root))
@@ -229,6 +232,19 @@ class Storage:
     # -- reads -------------------------------------------------------------------------------
     def read(self, table: str) -> DataFrame:
         return self.spark.read.format("delta").load(self.path(table))
+
+    def rows_changed(self, table: str, after: int, upto: int) -> bool:
+        """Whether a commit to `table` after version `after`, up to `upto`, may have changed its
+        rows: one that adds or removes a file with Delta's `dataChange` flag (a compaction's files
+        and a change of properties have none) or writes change data. A commit file that is gone
+        (Delta's log retention) counts as a change, as does a version that went back."""
+        if upto <= after:
+            return upto != after
+        paths = [f"{self.path(table)}/_delta_log/{v:020d}.json" for v in range(after + 1, upto + 1)]
+        if not all(self.path_exists(p) for p in paths):
+            return True
+        actions = self.spark.read.schema(_COMMIT_ACTIONS).json(paths)
+        return actions.filter("add.dataChange OR remove.dataChange OR cdc IS NOT NULL").limit(1).count() > 0
 
     def replica_state(self) -> DataFrame:
         """Every replica's current row. replica_state only grows: a round appends the rows it

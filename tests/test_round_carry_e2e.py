@@ -219,3 +219,36 @@ def test_a_maintenance_pass_time_recorded_in_the_cluster_table_keeps_the_carry_a
     assert cluster._carry is carry and idle.fetch_request_partitions == 0
     cluster.alter_configs("brokers", set={"replica.lag.time.max.ms": 20_000})
     assert cluster._carry is None and cluster.config["replica.lag.time.max.ms"] == 20_000
+
+
+def test_a_maintenance_pass_over_the_carried_tables_keeps_the_carry_and_another_writers_rows_drop_it(
+        new_cluster, spark, clock, monkeypatch):
+    """A pass compacts the carried tables' files and sets their properties: commits that change no
+    row (Delta's dataChange), so the next round goes on from its carry. Another writer's rows (a
+    new topic) still make it read the tables."""
+    cluster = new_cluster(brokers=2, config={"log.maintenance.min.files": 2})
+    cluster.create_topic("t", partitions=2, replication_factor=2)
+    for i in range(3):
+        cluster.produce("t", [{"value": f"v{i}", "partition": 0}], acks="all")
+        clock.advance(500)
+        cluster.run_round()
+    storage, before = cluster.storage, table_versions(cluster.storage)
+    report = cluster.maintain()
+    assert {"replica_state", "partitions", "results"} <= set(report.compacted)
+    assert "replica_state" in report.properties_set
+    assert all(a > b for a, b in zip(table_versions(storage)[:2], before[:2]))  # replica_state, partitions moved
+    reads = []
+    read_meta = round_module._partition_meta
+    monkeypatch.setattr(round_module, "_partition_meta", lambda *a: reads.append(1) or read_meta(*a))
+    cluster.produce("t", [{"value": "after", "partition": 1}], acks="all")
+    clock.advance(500)
+    cluster.run_round()
+    assert reads == [] and cluster._carry is not None and cluster._carry.versions == table_versions(storage)
+    assert committed(cluster, "t") == {0: 3, 1: 1}
+    state = storage.replica_state().drop("round_id")
+    assert sorted(cluster._carry.state.collect()) == sorted(state.select(*cluster._carry.state.columns).collect())
+
+    Cluster.open(spark, storage.root, clock=clock).create_topic("u", partitions=1, replication_factor=2)
+    clock.advance(500)
+    cluster.run_round()
+    assert reads == [1] and committed(cluster, "u") == {0: 0}
