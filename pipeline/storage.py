@@ -131,6 +131,7 @@ def is_concurrent_conflict(error: BaseException) -> bool:
 # the parts of a Delta commit's actions that say whether it changed rows (Storage.rows_changed)
 _COMMIT_ACTIONS = "add STRUCT<dataChange: BOOLEAN>, remove STRUCT<dataChange: BOOLEAN>, cdc STRUCT<path: STRING>"
 
+
 def is_uri(root: str) -> bool:
     """s3a://..., abfss://..., gs://..., file:///... (or file:/...): a root Hadoop's FileSystem resolves."""
     return bool(_URI.match(root))
