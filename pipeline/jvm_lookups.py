@@ -7,7 +7,18 @@ lookups, at 0.1-0.9 ms each on this machine (a class lookup searches the jars).
 when the answer cannot change while the JVM runs: a package, a class, or a static method. Fields
 are read each time (their values can change) and nothing about objects is kept. Calls still go
 to the JVM; only the name lookups before them are saved. Measured by `jobs/profile_round.py`
-(the README's "One round's phases")."""
+(the README's "One round's phases").
+
+`remember_named_columns()` keeps the JVM Column of each column name: `F.col("x")`, and every name
+given to `select`, `groupBy` or a function as a string, is a call to the JVM that builds an
+unresolved attribute from the name (and later a delete of the Python handle), ~1,000 of each in
+a round of 1,000 records into 100 partitions. A Column is an immutable expression, so one per name
+and SparkContext serves every query. A reused Column keeps the Python call site of its first use
+for the query context of an error about it.
+
+`convert_lists_in_bulk()` sends a Python list given to a JVM method (the columns of a `select`, the
+keys of a `join`) ten elements a call, where Py4J adds its elements to a new ArrayList one call
+each (~290 lists and ~920 adds a round)."""
 
 from __future__ import annotations
 
@@ -17,6 +28,10 @@ from py4j import java_gateway
 
 _STABLE = (java_gateway.JavaPackage, java_gateway.JavaClass, java_gateway.JavaMember)
 _installed = False
+_columns_installed = False
+_lists_installed = False
+# java.util.List.of has fixed-arity overloads for up to this many elements
+_LIST_OF_MAX = 10
 
 
 def _remembering(lookup: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
@@ -37,3 +52,78 @@ def remember_jvm_lookups() -> None:
     for cls in (java_gateway.JVMView, java_gateway.JavaPackage, java_gateway.JavaClass):
         cls.__getattr__ = _remembering(cls.__getattr__)
     _installed = True
+
+
+class _NamedColumns:
+    """The JVM Column of each name, for one SparkContext at a time (a new context, a new JVM
+    perhaps, starts an empty cache)."""
+
+    def __init__(self, create: Callable[[str], Any]) -> None:
+        self._create = create
+        self._context: Any = None
+        self._by_name: dict[str, Any] = {}
+
+    def __call__(self, name: str) -> Any:
+        from pyspark import SparkContext
+
+        context = SparkContext._active_spark_context
+        if context is not self._context:
+            self._context, self._by_name = context, {}
+        column = self._by_name.get(name)
+        if column is None:
+            column = self._by_name[name] = self._create(name)
+        return column
+
+
+def remember_named_columns() -> None:
+    """Install once per process (idempotent): names given as strings and `functions.col(name)`
+    share one JVM Column per name."""
+    global _columns_installed
+    if _columns_installed:
+        return
+    from pyspark.sql.classic import column as classic_column
+    from pyspark.sql.functions import builtin
+
+    named = _NamedColumns(classic_column._create_column_from_name)
+    classic_column._create_column_from_name = named
+    invoke = builtin._invoke_function
+
+    def invoking(name: str, *args: Any) -> Any:
+        if name == "col" and len(args) == 1 and isinstance(args[0], str):
+            return builtin.Column(named(args[0]))
+        return invoke(name, *args)
+
+    invoking.__wrapped__ = invoke  # type: ignore[attr-defined]
+    builtin._invoke_function = invoking
+    _columns_installed = True
+
+
+def _bulk_list_converter(convert: Callable[[Any, Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
+    def converting(self: Any, value: Any, gateway_client: Any) -> Any:
+        items = list(value)
+        if not items or any(item is None for item in items):  # (List.of refuses nulls)
+            return convert(self, items, gateway_client)
+        classes = gateway_client.__dict__.get("_replog_list_classes")
+        if classes is None:  # (their `of` and constructor are looked up once: remember_jvm_lookups)
+            classes = gateway_client.__dict__["_replog_list_classes"] = (
+                java_gateway.JavaClass("java.util.List", gateway_client),
+                java_gateway.JavaClass("java.util.ArrayList", gateway_client))
+        of, array_list = classes[0].of, classes[1]
+        java_list = array_list(of(*items[:_LIST_OF_MAX]))
+        for start in range(_LIST_OF_MAX, len(items), _LIST_OF_MAX):
+            java_list.addAll(of(*items[start:start + _LIST_OF_MAX]))
+        return java_list
+    converting.__wrapped__ = convert  # type: ignore[attr-defined]
+    return converting
+
+
+def convert_lists_in_bulk() -> None:
+    """Install once per process (idempotent): Py4J's list argument conversion, ten elements a call
+    (into the same mutable java.util.ArrayList)."""
+    global _lists_installed
+    if _lists_installed:
+        return
+    from py4j.java_collections import ListConverter
+
+    ListConverter.convert = _bulk_list_converter(ListConverter.convert)
+    _lists_installed = True

@@ -12,11 +12,13 @@ from typing import Any, Iterable, Iterator
 
 from pyspark.sql import SparkSession
 
-from pipeline.jvm_lookups import remember_jvm_lookups
+from pipeline.jvm_lookups import convert_lists_in_bulk, remember_jvm_lookups, remember_named_columns
 
 __all__ = ["get_spark", "delta_jars", "SparkSetupError", "COMPILED_EXPRESSIONS", "settings_restored", "apply_settings"]
 
 remember_jvm_lookups()  # every process that imports the pipeline: see jvm_lookups.py
+remember_named_columns()
+convert_lists_in_bulk()
 
 JARS_DIR = Path(__file__).resolve().parent.parent / ".cache" / "jars"
 DELTA_CONFS = {
