@@ -88,7 +88,7 @@ def check_producer_sequences(batches_df: DataFrame, state_df: DataFrame) -> Data
     prev_epoch = F.coalesce(F.lag("producer_epoch").over(order), F.col("_stored_epoch"))
     prev_last = F.coalesce(F.lag("last_sequence").over(order), F.col("_stored_last"))
     checked = (
-        new.withColumn("_prev_epoch", prev_epoch).withColumn("_prev_last", prev_last)
+        new.withColumns({"_prev_epoch": prev_epoch, "_prev_last": prev_last})
         .withColumn("error_code", F.when(F.col("producer_epoch") < F.col("_prev_epoch"),
                                          F.lit(ErrorCode.INVALID_PRODUCER_EPOCH))
                     .when(F.col("_prev_epoch").isNull() | (F.col("producer_epoch") > F.col("_prev_epoch")),

@@ -152,11 +152,9 @@ def update_follower_fetch_state(fetch_df: DataFrame, now_ms: int) -> DataFrame:
         .when(caught_up_to_last_fetch, F.greatest(F.col("last_caught_up_time_ms"), F.col("last_fetch_time_ms")))
         .otherwise(F.col("last_caught_up_time_ms"))
     )
-    return (
-        fetch_df.withColumn("last_caught_up_time_ms", last_caught_up)
-        .withColumn("last_fetch_leader_leo", F.col("leader_leo"))
-        .withColumn("last_fetch_time_ms", now)
-    )
+    # (one projection: each new value is computed from the values before the fetch)
+    return fetch_df.withColumns({"last_caught_up_time_ms": last_caught_up,
+                                 "last_fetch_leader_leo": F.col("leader_leo"), "last_fetch_time_ms": now})
 
 
 def maybe_increment_leader_hw(replicas_df: DataFrame, now_ms: int, ineligible_brokers: list[int] | tuple = ()) -> DataFrame:
@@ -229,8 +227,8 @@ def fetch_response_records(fetch_df: DataFrame, leader_records_df: DataFrame) ->
         .join(fetch_df.select("broker", "leader", *PARTITION_KEY, "fetch_offset", "partition_max_bytes",
                               "response_max_bytes", "fetch_order", *quota), on=PARTITION_KEY, how="inner")
         .filter(F.col("offset") >= F.col("fetch_offset"))
-        .withColumn("_bytes", F.sum("_size").over(in_partition))
-        .withColumn("_first", F.row_number().over(in_partition) == 1)
+        .withColumns({"_bytes": F.sum("_size").over(in_partition),
+                      "_first": F.row_number().over(in_partition) == 1})
     )
     within_partition = F.col("_bytes") <= F.col("partition_max_bytes")
     partitions = (
@@ -285,13 +283,13 @@ def follower_log_end(fetch_df: DataFrame, response_df: DataFrame, hw_df: DataFra
     """
     received = response_df.groupBy("broker", *PARTITION_KEY).agg(F.count(F.lit(1)).alias("records_received"),
                                                                  F.max("offset").alias("_last_offset"))
+    # past the last record received: a compacted log has gaps, so not fetch offset + count
+    log_end = F.greatest(F.col("fetch_offset"), F.col("_last_offset") + 1)
     return (
         fetch_df.join(received, on=["broker", *PARTITION_KEY], how="left")
         .join(hw_df.select(*PARTITION_KEY, F.col("high_watermark").alias("_response_hw")),
               on=PARTITION_KEY, how="left")
-        .withColumn("records_received", F.coalesce(F.col("records_received"), F.lit(0)).cast("long"))
-        # past the last record received: a compacted log has gaps, so not fetch offset + count
-        .withColumn("log_end_offset", F.greatest(F.col("fetch_offset"), F.col("_last_offset") + 1))
-        .withColumn("high_watermark", F.least(F.col("_response_hw"), F.col("log_end_offset")))
+        .withColumns({"records_received": F.coalesce(F.col("records_received"), F.lit(0)).cast("long"),
+                      "log_end_offset": log_end, "high_watermark": F.least(F.col("_response_hw"), log_end)})
         .drop("_response_hw", "_last_offset")
     )

@@ -862,13 +862,13 @@ def _fetch(replicas: DataFrame, now: int, restarted: bool) -> DataFrame:
     followers = rules.with_effective_fetch_state(followers)
     fetching = (~F.col("is_paused") & ~F.col("epoch_pending")
                 & F.coalesce(F.col("fetch_kind").isin(*_FETCH_KINDS), F.lit(False)))
+    # (one projection, each value from the row before it: the LEO and HW from the new log start)
     lso = log_start.follower_log_start_offset(F.col("log_start_offset"), F.col("leader_lso"))
+    leo = F.greatest(F.col("log_end_offset"), lso)
     fetched = rules.update_follower_fetch_state(
-        followers.filter(fetching)
-        .withColumn("log_start_offset", lso)
-        .withColumn("log_end_offset", F.greatest(F.col("log_end_offset"), F.col("log_start_offset")))
-        .withColumn("high_watermark", F.greatest(F.col("high_watermark"), F.col("log_start_offset")))
-        .withColumn("fetch_offset", F.col("log_end_offset")), now)
+        followers.filter(fetching).withColumns({
+            "log_start_offset": lso, "log_end_offset": leo,
+            "high_watermark": F.greatest(F.col("high_watermark"), lso), "fetch_offset": leo}), now)
     return (fetched.withColumn("fetched", F.lit(True))
             .unionByName(followers.filter(~fetching).withColumn("fetched", F.lit(False)))).localCheckpoint()
 
@@ -885,11 +885,12 @@ def _isr_changes(meta: DataFrame, followers: DataFrame, now: int) -> DataFrame:
     )
     return (
         meta.join(moves, on=PARTITION_KEY, how="inner")
-        .withColumn("isr", isr_rules.isr_in_replica_order(
-            F.col("replicas"), F.array_union(F.array_except(F.col("isr"), F.col("_leaving")), F.col("_joining"))))
-        .withColumn("isr_expands", F.size(F.col("_joining")).cast("long"))
-        .withColumn("isr_shrinks", F.size(F.col("_leaving")).cast("long"))
-        .withColumn("partition_epoch", F.col("partition_epoch") + 1)
+        .withColumns({
+            "isr": isr_rules.isr_in_replica_order(
+                F.col("replicas"), F.array_union(F.array_except(F.col("isr"), F.col("_leaving")), F.col("_joining"))),
+            "isr_expands": F.size(F.col("_joining")).cast("long"),
+            "isr_shrinks": F.size(F.col("_leaving")).cast("long"),
+            "partition_epoch": F.col("partition_epoch") + 1})
         .drop("_joining", "_leaving")
     ).localCheckpoint()
 
@@ -924,14 +925,14 @@ def _results(validated: DataFrame, appended: DataFrame, pending: DataFrame, part
         appended.groupBy(*REQUEST_KEY, "acks").agg(
             F.min("offset").alias("base_offset"), F.max("offset").alias("last_offset"),
             F.count(F.lit(1)).alias("record_count"))
-        .withColumn("status", acks_rules.status_after_append(F.col("acks")))
-        .withColumn("error_code", F.lit(None).cast("string"))
+        .withColumns({"status": acks_rules.status_after_append(F.col("acks")),
+                      "error_code": F.lit(None).cast("string")})
     )
     rejected = (
         validated.filter(F.col("error_code").isNotNull())
         .groupBy(*REQUEST_KEY, "acks", "error_code").agg(F.count(F.lit(1)).alias("record_count"))
-        .withColumn("base_offset", F.lit(None).cast("long")).withColumn("last_offset", F.lit(None).cast("long"))
-        .withColumn("status", F.lit(acks_rules.STATUS_ERROR))
+        .withColumns({"base_offset": F.lit(None).cast("long"), "last_offset": F.lit(None).cast("long"),
+                      "status": F.lit(acks_rules.STATUS_ERROR)})
     )
     appended_results = appended_results.unionByName(_duplicate_results(validated, checks, appended_results))
     appended_results, rejected = (_with_throttle_time(appended_results, held), _with_throttle_time(rejected, held))
@@ -975,9 +976,8 @@ def _state_rows(replicas: DataFrame, hw: DataFrame, followers: DataFrame, follow
                                           on=PARTITION_KEY, how="left")
         .filter((F.col("appended") > 0) | (F.col("_hw") != F.col("leader_hw_before"))
                 | (F.col("leader_lso") != F.col("leader_lso_before")))
-        .withColumn("log_end_offset", F.col("leader_leo")).withColumn("fetch_offset", F.col("leader_leo"))
-        .withColumn("log_start_offset", F.col("leader_lso"))
-        .withColumn("high_watermark", F.col("_hw"))
+        .withColumns({"log_end_offset": F.col("leader_leo"), "fetch_offset": F.col("leader_leo"),
+                      "log_start_offset": F.col("leader_lso"), "high_watermark": F.col("_hw")})
     )
     return (
         leaders.select(*cols)
@@ -1031,10 +1031,11 @@ def _followers_after(fetching: DataFrame, response: DataFrame, hw: DataFrame, re
                               F.col("high_watermark").alias("_hw0"), F.col("log_start_offset").alias("_lso0"),
                               F.struct(*before).alias("_session0")),
               on=REPLICA_KEY, how="left")
-        .withColumn("responded", responded)
-        .withColumn("high_watermark", F.when(F.col("responded"), F.col("high_watermark")).otherwise(F.col("_hw0")))
-        .withColumn("last_data_round", F.when(F.col("records_received") > 0, F.lit(round_id).cast("long"))
-                    .otherwise(F.col("last_data_round")))
+        .withColumns({
+            "responded": responded,
+            "high_watermark": F.when(responded, F.col("high_watermark")).otherwise(F.col("_hw0")),
+            "last_data_round": F.when(F.col("records_received") > 0, F.lit(round_id).cast("long"))
+            .otherwise(F.col("last_data_round"))})
         .select("*", F.when(cached, F.col("request_session_id")).otherwise(0).alias("_sid"),
                 F.when(cached, F.col("partition_max_bytes")).otherwise(0).alias("_smb"),
                 F.when(cached & F.col("responded"), sessions.cached_high_watermark(F.col("_leader_hw"), F.lit(None)))
@@ -1043,10 +1044,11 @@ def _followers_after(fetching: DataFrame, response: DataFrame, hw: DataFrame, re
                 .otherwise(unknown).alias("_slso"))
         .drop(*before)
         .withColumnsRenamed(dict(zip(["_sid", "_smb", "_shw", "_slso"], before)))
-        .withColumn("is_settled", _settled("leader_leo", "_leader_hw"))
-        .withColumn("moved", (F.col("_leo0") != F.col("log_end_offset")) | (F.col("_fo0") != F.col("fetch_offset"))
-                    | (F.col("_hw0") != F.col("high_watermark")) | (F.col("_lso0") != F.col("log_start_offset"))
-                    | (F.col("_session0") != F.struct(*before)) | F.col("epoch_checked"))
+        .withColumns({
+            "is_settled": _settled("leader_leo", "_leader_hw"),
+            "moved": (F.col("_leo0") != F.col("log_end_offset")) | (F.col("_fo0") != F.col("fetch_offset"))
+            | (F.col("_hw0") != F.col("high_watermark")) | (F.col("_lso0") != F.col("log_start_offset"))
+            | (F.col("_session0") != F.struct(*before)) | F.col("epoch_checked")})
     ).localCheckpoint()
 
 
@@ -1085,12 +1087,13 @@ def _follow_up_fetch(replicas: DataFrame, followers: DataFrame, followers_after:
     follow_up = F.col("followed_up")
     after = (
         with_changes(followers_after, flagged=True).join(new_hw, on=PARTITION_KEY, how="left")
-        .withColumn("high_watermark", F.when(follow_up, F.least(F.col("_hw2"), F.col("log_end_offset")))
-                    .otherwise(F.col("high_watermark")))
-        .withColumn("session_high_watermark", F.when(follow_up & in_session, F.col("_hw2"))
-                    .otherwise(F.col("session_high_watermark")))
-        .withColumn("_hw_moved", F.col("_hw2") != F.col("_leader_hw"))
-        .withColumn("_leader_hw", F.col("_hw2"))
+        .withColumns({  # (from the values before: _hw_moved compares with the HW before the follow-up)
+            "high_watermark": F.when(follow_up, F.least(F.col("_hw2"), F.col("log_end_offset")))
+            .otherwise(F.col("high_watermark")),
+            "session_high_watermark": F.when(follow_up & in_session, F.col("_hw2"))
+            .otherwise(F.col("session_high_watermark")),
+            "_hw_moved": F.col("_hw2") != F.col("_leader_hw"),
+            "_leader_hw": F.col("_hw2")})
         .withColumn("is_settled", _settled("leader_leo", "_leader_hw"))
         .drop("_hw2")
     ).localCheckpoint()
