@@ -13,7 +13,8 @@ to the JVM; only the name lookups before them are saved. Measured by `jobs/profi
 given to `select`, `groupBy` or a function as a string, is a call to the JVM that builds an
 unresolved attribute from the name (and later a delete of the Python handle), ~1,000 of each in
 a round of 1,000 records into 100 partitions. A Column is an immutable expression, so one per name
-and SparkContext serves every query. A reused Column keeps the Python call site of its first use
+and SparkContext serves every query; so are literals of strings, integers, booleans and None
+(~130 a round). A reused Column keeps the Python call site of its first use
 for the query context of an error about it.
 
 `convert_lists_in_bulk()` sends a Python list given to a JVM method (the columns of a `select`, the
@@ -32,6 +33,8 @@ _columns_installed = False
 _lists_installed = False
 # java.util.List.of has fixed-arity overloads for up to this many elements
 _LIST_OF_MAX = 10
+# literals kept like column names (by type and value: True and 1 are different literals)
+_LITERAL_TYPES = (str, int, bool, type(None))
 
 
 def _remembering(lookup: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
@@ -55,15 +58,15 @@ def remember_jvm_lookups() -> None:
 
 
 class _NamedColumns:
-    """The JVM Column of each name, for one SparkContext at a time (a new context, a new JVM
-    perhaps, starts an empty cache)."""
+    """The JVM Column of each name (or literal), for one SparkContext at a time (a new context, a
+    new JVM perhaps, starts an empty cache)."""
 
-    def __init__(self, create: Callable[[str], Any]) -> None:
+    def __init__(self, create: Callable[[Any], Any]) -> None:
         self._create = create
         self._context: Any = None
-        self._by_name: dict[str, Any] = {}
+        self._by_name: dict[Any, Any] = {}
 
-    def __call__(self, name: str) -> Any:
+    def __call__(self, name: Any) -> Any:
         from pyspark import SparkContext
 
         context = SparkContext._active_spark_context
@@ -77,7 +80,7 @@ class _NamedColumns:
 
 def remember_named_columns() -> None:
     """Install once per process (idempotent): names given as strings and `functions.col(name)`
-    share one JVM Column per name."""
+    share one JVM Column per name, and `functions.lit` one per string, integer, boolean or None."""
     global _columns_installed
     if _columns_installed:
         return
@@ -88,9 +91,14 @@ def remember_named_columns() -> None:
     classic_column._create_column_from_name = named
     invoke = builtin._invoke_function
 
+    literals = _NamedColumns(lambda key: invoke("lit", key[1])._jc)
+
     def invoking(name: str, *args: Any) -> Any:
-        if name == "col" and len(args) == 1 and isinstance(args[0], str):
-            return builtin.Column(named(args[0]))
+        if len(args) == 1:
+            if name == "col" and isinstance(args[0], str):
+                return builtin.Column(named(args[0]))
+            if name == "lit" and type(args[0]) in _LITERAL_TYPES:
+                return builtin.Column(literals((type(args[0]), args[0])))
         return invoke(name, *args)
 
     invoking.__wrapped__ = invoke  # type: ignore[attr-defined]

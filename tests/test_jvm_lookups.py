@@ -54,6 +54,18 @@ def test_a_column_name_becomes_a_jvm_column_once(spark, monkeypatch):
     assert sorted(tuple(r) for r in rows) == [(1, 2, 2), (2, 4, 3)]
 
 
+def test_literals_are_kept_by_type_and_value(spark, monkeypatch):
+    F.lit("kept"), F.lit(7), F.lit(True), F.lit(None)
+    sent = _round_trips(spark, monkeypatch)
+    assert F.lit("kept")._jc is F.lit("kept")._jc and F.lit(None)._jc is F.lit(None)._jc and sent == []
+    assert F.lit(1)._jc is not F.lit(True)._jc  # equal in Python, not the same literal
+    row = spark.range(1).select(F.lit(7).alias("i"), F.lit(True).alias("b"), F.lit(1).alias("one"),
+                                F.lit("kept").alias("s"), F.lit(None).cast("long").alias("n")).first()
+    assert tuple(row) == (7, True, 1, "kept", None)
+    assert dict(spark.range(1).select(F.lit(True).alias("b"), F.lit(1).alias("one")).dtypes) == \
+        {"b": "boolean", "one": "int"}
+
+
 def test_a_new_spark_context_starts_an_empty_column_cache(monkeypatch):
     made = []
     named = _NamedColumns(lambda name: made.append(name) or f"column {name} #{len(made)}")
