@@ -228,12 +228,12 @@ def _compact_state_if_due(storage: Storage, current_rows: int, table_rows: int, 
     if table_rows - current_rows < max(current_rows, STATE_COMPACTION_MIN_ROWS):
         return table_rows, False
     try:
-        storage.compact_replica_state(round_id)
+        compacted = storage.compact_replica_state(round_id)
     except Exception as e:  # another writer appended meanwhile: a later round compacts
         if not is_concurrent_conflict(e):
             raise
         return table_rows, False
-    return current_rows, True
+    return (current_rows, True) if compacted else (table_rows, False)
 
 
 # -- reading the inputs (pinned with localCheckpoint: the round writes to the same tables) ------

@@ -254,14 +254,41 @@ class Storage:
         rewrites it to the current rows once the superseded ones are as many."""
         return current_rows(self.read("replica_state"), schemas.REPLICA_KEY)
 
-    def compact_replica_state(self, round_id: int) -> None:
-        """Rewrites replica_state as its current rows (one commit, tagged with the round that
-        asked for it). Raises Delta's concurrent-modification error when another writer appended
-        meanwhile (a new topic's rows): the rows stay as they are, for a later compaction."""
+    def compact_replica_state(self, round_id: int) -> bool:
+        """Rewrites replica_state as its current rows at its newest version (one commit, tagged with
+        the round that asked for it); whether the table now holds them. Raises Delta's
+        concurrent-modification error when another writer commits while the overwrite is written.
+
+        Delta checks an overwrite only against commits after its transaction began, which is when
+        the write starts, after the current rows were computed. A commit of another writer in
+        between (a new topic's rows, from another process) would be replaced with the rest. So
+        the overwrite's commit is checked for the version it replaced: when that is not the version
+        the rows came from, the table is restored to the version it replaced (every row, the other
+        writer's too) and is not compact (False); a later round compacts it. If yet another commit
+        followed the overwrite, restoring would undo that one: KAFKA_STORAGE_ERROR is raised instead."""
         path = self.path("replica_state")
-        current = self.replica_state().localCheckpoint()
+        version = self.table_version(path)
+        current = current_rows(self.read_version(path, version), schemas.REPLICA_KEY).localCheckpoint()
         with self._tagged(round_id, path, "compact"):
             current.write.format("delta").mode("overwrite").save(path)
+        newest = committed = self.table_version(path)
+        while committed > version:  # the overwrite's commit: the newest, unless others followed it
+            tag = parse_tag((self.commit_info(path, committed) or {}).get("userMetadata"))
+            if tag.get("replog-round") == str(round_id) and tag.get("step") == "compact":
+                break
+            committed -= 1
+        replaced = (self.commit_info(path, committed) or {}).get("readVersion")
+        if replaced == version:
+            return True
+        if committed == newest and replaced is not None:
+            self.restore(path, replaced, commit_tag(round_id, "compact-undone", self.round_inputs))
+            return False
+        raise ReplogError(
+            ErrorCode.KAFKA_STORAGE_ERROR,
+            f"replica_state at {path} was compacted (version {committed}) from its rows at version {version}, "
+            f"while another writer committed versions up to {replaced}, whose rows the compaction replaced, "
+            f"and commits followed it. Stop the other writers, RESTORE the table to version {replaced} "
+            "(RESTORE TABLE delta.`<path>` TO VERSION AS OF ...) and run a round.")
 
     def reset_replica_state(self, broker: int, columns: dict[str, str]) -> None:
         """Sets `columns` (SQL expressions) in every row of `broker`'s replicas in replica_state,

@@ -77,6 +77,72 @@ def test_a_round_works_on_the_partitions_that_changed_and_replica_state_is_compa
         *cluster._carry.state.columns).collect())
 
 
+def _another_writer_in_compaction(monkeypatch, storage, other, after_overwrite=False):
+    """Another process creates a topic (its replica_state rows) after compact_replica_state has
+    read the table's rows and before its overwrite begins; with `after_overwrite`, it creates one
+    more right after the overwrite's commit."""
+    read, version, topics = storage.read_version, storage.table_version, iter(["u", "w"])
+
+    def reading(path, at):
+        rows = read(path, at)
+        other.create_topic(next(topics), partitions=1, replication_factor=3)
+        return rows
+
+    calls = {"n": 0}
+
+    def versions(path):
+        calls["n"] += 1
+        if after_overwrite and calls["n"] == 2:
+            other.create_topic(next(topics), partitions=1, replication_factor=3)
+        return version(path)
+
+    monkeypatch.setattr(storage, "read_version", reading)
+    monkeypatch.setattr(storage, "table_version", versions)
+
+
+def test_a_compaction_that_replaced_another_writers_rows_gives_them_back(new_cluster, spark, clock, monkeypatch):
+    """Delta checks an overwrite against the commits after its transaction began, not against one
+    that landed between reading the rows and writing them: that commit's rows (a new topic's
+    replicas) would be replaced with the rest. The compaction finds it from the version its
+    commit replaced, restores the table to that version, and reports that it did not compact."""
+    cluster = new_cluster(brokers=3)
+    cluster.create_topic("t", partitions=2, replication_factor=3)
+    clock.advance(500)
+    cluster.run_round()
+    storage, other = cluster.storage, Cluster.open(spark, cluster.storage.root, clock=clock)
+    with monkeypatch.context() as patched:
+        _another_writer_in_compaction(patched, storage, other)
+        assert storage.compact_replica_state(round_id=50) is False
+    current = storage.replica_state()
+    assert current.filter(F.col("topic") == "u").count() == 3 and current.count() == 9
+    last = storage.commit_info(storage.path("replica_state"), storage.version("replica_state"))
+    assert "step=compact-undone" in last["userMetadata"]
+    # nobody writing in between: compact, every topic's rows kept
+    assert storage.compact_replica_state(round_id=51) is True
+    rows = storage.read("replica_state")
+    assert rows.count() == 9 and rows.filter(F.col("topic") == "u").count() == 3
+    # and the new topic replicates
+    cluster.produce("u", [{"value": "x"}], acks="all")
+    for _ in range(2):
+        clock.advance(500)
+        cluster.run_round()
+    assert committed(cluster, "u") == {0: 1}
+
+
+def test_a_replaced_commit_that_cannot_be_given_back_is_an_error(new_cluster, spark, clock, monkeypatch):
+    """When yet another commit followed the overwrite, restoring would undo it: KAFKA_STORAGE_ERROR
+    names the version to restore."""
+    cluster = new_cluster(brokers=3)
+    cluster.create_topic("t", partitions=1, replication_factor=3)
+    storage, other = cluster.storage, Cluster.open(spark, cluster.storage.root, clock=clock)
+    before = storage.version("replica_state")
+    with monkeypatch.context() as patched:
+        _another_writer_in_compaction(patched, storage, other, after_overwrite=True)
+        with pytest.raises(Exception, match="KAFKA_STORAGE_ERROR: replica_state .* RESTORE the table to version "
+                                            f"{before + 1} "):
+            storage.compact_replica_state(round_id=50)
+
+
 def test_a_bulk_round_shuffles_over_more_partitions_and_compiles_its_expressions(new_cluster, spark, clock,
                                                                                   monkeypatch):
     """One shuffle partition and interpreted expressions suit a round's working set. A backlog of new
