@@ -273,11 +273,14 @@ class Storage:
             current.write.format("delta").mode("overwrite").save(path)
         newest = committed = self.table_version(path)
         while committed > version:  # the overwrite's commit: the newest, unless others followed it
-            tag = parse_tag((self.commit_info(path, committed) or {}).get("userMetadata"))
+            info = self.commit_info(path, committed) or {}
+            tag = parse_tag(info.get("userMetadata"))
             if tag.get("replog-round") == str(round_id) and tag.get("step") == "compact":
                 break
             committed -= 1
-        replaced = (self.commit_info(path, committed) or {}).get("readVersion")
+        else:  # the overwrite's commit was not found
+            info = {}
+        replaced = info.get("readVersion")
         if replaced == version:
             return True
         if committed == newest and replaced is not None:
