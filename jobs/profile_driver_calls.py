@@ -22,6 +22,7 @@ import random
 import statistics
 import tempfile
 import time
+from typing import Callable
 
 from py4j import clientserver
 from py4j.java_collections import ListConverter
@@ -98,10 +99,14 @@ def count_calls(spark, partitions: int, records: int, new: bool, rounds: int = 4
                     for k, n in counts.most_common(20)]}
 
 
-def compare(spark, partitions: int, records: int, rounds: int) -> dict:
+def compare(spark, partitions: int, records: int, rounds: int, use: Callable[[bool], None] = _use) -> dict:
+    """Two clusters of `partitions` partitions in this process, rounds interleaved (which goes first
+    alternates) and the same `records` random-partition records produced to both before each;
+    `use(True)` is called before each of the "new" cluster's rounds, `use(False)` before the
+    "old" one's. Medians of the rounds after WARM_UP."""
     clusters = {}
     for name in ("new", "old"):
-        _use(name == "new")
+        use(name == "new")
         clusters[name] = _cluster(spark, partitions)
     times: dict[str, list[float]] = {n: [] for n in clusters}
     rng = random.Random(7)
@@ -109,12 +114,12 @@ def compare(spark, partitions: int, records: int, rounds: int) -> dict:
         for i in range(rounds):
             batch = [{"key": f"k{j}", "value": "v" * 100, "partition": rng.randrange(partitions)} for j in range(records)]
             for name in (("new", "old") if i % 2 == 0 else ("old", "new")):
-                _use(name == "new")
+                use(name == "new")
                 seconds = _round(*clusters[name], batch)
                 if i >= WARM_UP:
                     times[name].append(seconds)
     finally:
-        _use(True)
+        use(True)
     medians = {n: statistics.median(v) for n, v in times.items()}
     return {"round_s": times, "median_s": medians, "new_over_old": medians["new"] / medians["old"]}
 
