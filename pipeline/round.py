@@ -222,13 +222,20 @@ class Carry:
 STATE_COMPACTION_MIN_ROWS = 10_000
 
 
-def _compact_state_if_due(storage: Storage, current_rows: int, table_rows: int, round_id: int) -> tuple[int, bool]:
+def _compact_state_if_due(storage: Storage, current_rows: int, table_rows: int, round_id: int,
+                          state: Keyed, version: int) -> tuple[int, bool]:
     """Compacts replica_state when STATE_COMPACTION_MIN_ROWS says so: the table's rows after, and
-    whether it committed a compaction (a table that holds only current rows may not have)."""
+    whether it committed a compaction (a table that holds only current rows may not have).
+
+    `state`: the current rows after this round, which it carries; when the table is at `version`
+    (this round's own commits on the version it read, nobody else's), they are what the table's
+    current rows are, and the compaction writes them instead of reading the table again (a
+    compacted row's round_id is then the compacting round's)."""
     if table_rows - current_rows < max(current_rows, STATE_COMPACTION_MIN_ROWS):
         return table_rows, False
+    rows = state.all().withColumn("round_id", F.lit(round_id).cast("long"))
     try:
-        compacted = storage.compact_replica_state(round_id)
+        compacted = storage.compact_replica_state(round_id, rows, version)
     except Exception as e:  # another writer appended meanwhile: a later round compacts
         if not is_concurrent_conflict(e):
             raise
@@ -1244,16 +1251,16 @@ def _rows_changed(storage: Storage, carried: tuple[int, ...], seen: tuple[int, .
 
 
 def _carry_out(storage: Storage, seen: tuple[int, ...], wrote: dict[str, int], meta_rows: Keyed,
-               state_rows: Keyed, isr_changed: DataFrame, state_out: DataFrame, pending_after: DataFrame,
+               state_rows: Keyed, isr_changed: DataFrame, pending_after: DataFrame,
                figures: dict[str, Any], attention: DataFrame, throttles: dict[int, int],
                state_table_rows: int, deferred: DataFrame | None) -> Carry | None:
-    """The carry for the next round, or None when another writer committed to a carried table
-    during this round (its versions moved by more than this round's own commits)."""
+    """The carry for the next round (`state_rows`: the replica state after this round), or None
+    when another writer committed to a carried table during this round (its versions moved by
+    more than this round's own commits)."""
     versions = table_versions(storage)
     if any(v != s + wrote[t] for t, v, s in zip(CARRIED_TABLES, versions, seen)):
         return None
     meta_rows = meta_rows.updated(isr_changed, figures["isr_shrinks"] + figures["isr_expands"])
-    state_rows = state_rows.updated(state_out.drop("round_id"), figures["state_rows"])
     return Carry(versions, meta_rows, state_rows, pinned_without_history(pending_after),
                  pinned_without_history(attention), {g: int(figures[g]) for g in GAUGES}, dict(throttles),
                  state_table_rows, deferred)
@@ -1442,12 +1449,15 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     # replica_state's rows: as many current ones as replicas, and the table's (counted from its
     # files' statistics when not carried)
     table_rows = (carry.state_table_rows if carry is not None else storage.read("replica_state").count())
-    table_rows, compacted = _compact_state_if_due(storage, state_rows.base_rows, table_rows + figures["state_rows"],
-                                                  round_id)
-    wrote = {"replica_state": int(bool(figures["state_rows"])) + int(compacted) + int(bool(figures["dropped_replicas"])),
+    state_after = state_rows.updated(state_out.drop("round_id"), figures["state_rows"])
+    own_state_commits = int(bool(figures["state_rows"])) + int(bool(figures["dropped_replicas"]))
+    table_rows, compacted = _compact_state_if_due(
+        storage, state_rows.base_rows, table_rows + figures["state_rows"], round_id, state_after,
+        seen[CARRIED_TABLES.index("replica_state")] + own_state_commits)
+    wrote = {"replica_state": own_state_commits + int(compacted),
              "topics": 0, "results": int(bool(figures["result_rows"])),
              "partitions": int(bool(figures["partition_changes"]))}
-    carry_out = _carry_out(storage, seen, wrote, meta_rows, state_rows, isr_changed, state_out, pending_after,
+    carry_out = _carry_out(storage, seen, wrote, meta_rows, state_after, isr_changed, pending_after,
                            figures, _attention(followers, followers_after, hw), inputs.throttles, table_rows,
                            quota.deferred)
     watch.lap("carry")

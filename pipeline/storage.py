@@ -254,10 +254,13 @@ class Storage:
         rewrites it to the current rows once the superseded ones are as many."""
         return current_rows(self.read("replica_state"), schemas.REPLICA_KEY)
 
-    def compact_replica_state(self, round_id: int) -> bool:
+    def compact_replica_state(self, round_id: int, rows: DataFrame | None = None, version: int | None = None) -> bool:
         """Rewrites replica_state as its current rows at its newest version (one commit, tagged with
         the round that asked for it); whether the table now holds them. Raises Delta's
         concurrent-modification error when another writer commits while the overwrite is written.
+
+        `rows`: the table's current rows at `version`, which the caller already holds (a round's
+        carry), written instead of reading the table again when it is still at `version`.
 
         Delta checks an overwrite only against commits after its transaction began, which is when
         the write starts, after the current rows were computed. A commit of another writer in
@@ -267,8 +270,12 @@ class Storage:
         writer's too) and is not compact (False); a later round compacts it. If yet another commit
         followed the overwrite, restoring would undo that one: KAFKA_STORAGE_ERROR is raised instead."""
         path = self.path("replica_state")
-        version = self.table_version(path)
-        current = current_rows(self.read_version(path, version), schemas.REPLICA_KEY).localCheckpoint()
+        newest = self.table_version(path)
+        if rows is not None and version == newest:
+            current = rows.select(*schemas.REPLICA_STATE_SCHEMA.fieldNames())
+        else:
+            version = newest
+            current = current_rows(self.read_version(path, version), schemas.REPLICA_KEY).localCheckpoint()
         with self._tagged(round_id, path, "compact"):
             current.write.format("delta").mode("overwrite").save(path)
         newest = committed = self.table_version(path)

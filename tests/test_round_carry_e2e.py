@@ -52,6 +52,7 @@ def test_a_round_works_on_the_partitions_that_changed_and_replica_state_is_compa
     first = cluster.run_round()  # no carry yet: every partition, full fetches open the sessions
     assert (first.fetch_request_partitions, first.at_min_isr_partitions) == (16, 8)
     storage = cluster.storage
+    read_back = _reads_of_replica_state(monkeypatch, storage)
     reports, table_rows = [], [storage.read("replica_state").count()]
     for i in range(4):
         if i < 2:
@@ -71,10 +72,58 @@ def test_a_round_works_on_the_partitions_that_changed_and_replica_state_is_compa
     assert table_rows == [24, 27, 30, 30, 30]
     history = storage.spark.sql(f"DESCRIBE HISTORY delta.`{storage.path('replica_state')}`").collect()
     assert any("step=compact" in (h["userMetadata"] or "") for h in history)
+    assert read_back == []  # it wrote the rows it carries: it did not read the table it had just written
     current = storage.replica_state()
     assert current.count() == 24 and cluster._carry is not None
     assert sorted(cluster._carry.state.collect()) == sorted(current.drop("round_id").select(
         *cluster._carry.state.columns).collect())
+
+
+def _reads_of_replica_state(monkeypatch, storage) -> list[int]:
+    """The versions of replica_state that compact_replica_state reads back (a list that grows)."""
+    read, versions = storage.read_version, []
+
+    def reading(path, at):
+        if path == storage.path("replica_state"):
+            versions.append(at)
+        return read(path, at)
+
+    monkeypatch.setattr(storage, "read_version", reading)
+    return versions
+
+
+def test_a_round_compacts_from_the_table_when_another_writer_committed_during_it(new_cluster, spark, clock,
+                                                                                  monkeypatch):
+    """A round's carried rows are the table's current rows only when nobody else wrote it. Another
+    process creates a topic while a round runs (after the round read replica_state, before its
+    compaction): the compaction reads the table again instead, so the new topic's replicas stay, and
+    the next round reads the tables again too."""
+    monkeypatch.setattr(round_module, "STATE_COMPACTION_MIN_ROWS", 0)
+    cluster = new_cluster(brokers=3)
+    cluster.create_topic("t", partitions=2, replication_factor=3)
+    storage, other = cluster.storage, Cluster.open(spark, cluster.storage.root, clock=clock)
+    read_back = _reads_of_replica_state(monkeypatch, storage)
+    append_table = storage.append_table
+
+    def appending(df, table, round_id=None):
+        if table == "rounds":  # the round's last commit, before its compaction
+            other.create_topic("u", partitions=1, replication_factor=3)
+        return append_table(df, table, round_id)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(storage, "append_table", appending)
+        clock.advance(500)
+        cluster.run_round()  # the first round rewrites every replica's row: its compaction is due
+    assert len(read_back) == 1 and cluster._carry is None
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{storage.path('replica_state')}`").collect()
+    assert "step=compact" in (history[0]["userMetadata"] or "")
+    rows = storage.read("replica_state")
+    assert rows.count() == 9 and rows.filter(F.col("topic") == "u").count() == 3
+    cluster.produce("u", [{"value": "x"}], acks="all")
+    for _ in range(2):
+        clock.advance(500)
+        cluster.run_round()
+    assert committed(cluster, "u") == {0: 1}
 
 
 def _another_writer_in_compaction(monkeypatch, storage, other, after_overwrite=False):
@@ -127,6 +176,32 @@ def test_a_compaction_that_replaced_another_writers_rows_gives_them_back(new_clu
         clock.advance(500)
         cluster.run_round()
     assert committed(cluster, "u") == {0: 1}
+
+
+def test_carried_rows_that_another_writer_overtakes_before_the_overwrite_are_given_back(new_cluster, spark, clock,
+                                                                                        monkeypatch):
+    """With the rows a round carries, the window is between checking the table's version and the
+    overwrite: a commit landing there is found from the version the overwrite replaced, as above."""
+    cluster = new_cluster(brokers=3)
+    cluster.create_topic("t", partitions=2, replication_factor=3)
+    storage, other = cluster.storage, Cluster.open(spark, cluster.storage.root, clock=clock)
+    carried, at = storage.replica_state().localCheckpoint(), storage.version("replica_state")
+    version, calls = storage.table_version, {"n": 0}
+
+    def versions(path):
+        newest = version(path)
+        calls["n"] += 1
+        if calls["n"] == 1:  # the compaction has checked the version: now another writer commits
+            other.create_topic("u", partitions=1, replication_factor=3)
+        return newest
+
+    with monkeypatch.context() as patched:
+        patched.setattr(storage, "table_version", versions)
+        assert storage.compact_replica_state(round_id=50, rows=carried, version=at) is False
+    current = storage.replica_state()
+    assert current.count() == 9 and current.filter(F.col("topic") == "u").count() == 3
+    last = storage.commit_info(storage.path("replica_state"), storage.version("replica_state"))
+    assert "step=compact-undone" in last["userMetadata"]
 
 
 def test_a_replaced_commit_that_cannot_be_given_back_is_an_error(new_cluster, spark, clock, monkeypatch):
