@@ -126,6 +126,36 @@ def test_a_round_compacts_from_the_table_when_another_writer_committed_during_it
     assert committed(cluster, "u") == {0: 1}
 
 
+def test_rounds_that_move_replicas_compact_from_what_they_carry(new_cluster, clock, monkeypatch):
+    """A reassignment's rounds add replicas' rows and delete the dropped ones' (commits of the round
+    itself): the rows they carry stay the table's current rows, and their compactions write them."""
+    monkeypatch.setattr(round_module, "STATE_COMPACTION_MIN_ROWS", 0)
+    cluster = new_cluster(brokers=3)
+    cluster.add_broker()
+    cluster.create_topic("t", partitions=2, replication_factor=2)
+    storage = cluster.storage
+    read_back = _reads_of_replica_state(monkeypatch, storage)
+    old = cluster.describe("t").filter(F.col("partition") == 0).first()["replicas"]
+    cluster.produce("t", [{"value": f"v{i}", "partition": 0} for i in range(3)], acks="all")
+    for _ in range(2):
+        clock.advance(500)
+        cluster.run_round()
+    compactions = lambda: sum("step=compact" in (h["userMetadata"] or "") for h in storage.spark.sql(  # noqa: E731
+        f"DESCRIBE HISTORY delta.`{storage.path('replica_state')}`").collect())
+    before = compactions()
+    cluster.reassign_partitions({("t", 0): [b for b in range(4) if b not in old]})
+    for _ in range(8):
+        clock.advance(500)
+        cluster.run_round()
+        current = storage.replica_state().drop("round_id")
+        assert cluster._carry is not None
+        assert sorted(cluster._carry.state.collect()) == sorted(current.select(*cluster._carry.state.columns).collect())
+    assert cluster.reassignments().count() == 0 and current.count() == 4
+    assert sorted(r["broker"] for r in current.filter("partition = 0").collect()) == [b for b in range(4) if b not in old]
+    assert compactions() > before and read_back == []
+    assert sorted(r["value"] for r in cluster.read("t", partition=0).collect()) == [b"v0", b"v1", b"v2"]
+
+
 def _another_writer_in_compaction(monkeypatch, storage, other, after_overwrite=False):
     """Another process creates a topic (its replica_state rows) after compact_replica_state has
     read the table's rows and before its overwrite begins; with `after_overwrite`, it creates one
