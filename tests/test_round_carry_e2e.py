@@ -79,6 +79,18 @@ def test_a_round_works_on_the_partitions_that_changed_and_replica_state_is_compa
         *cluster._carry.state.columns).collect())
 
 
+def _kept_and_replicating(cluster, clock):
+    """replica_state holds the 9 rows of topics t (2 partitions) and u (1), RF 3, after a
+    compaction, and the new topic u replicates."""
+    table = cluster.storage.read("replica_state")
+    assert table.count() == 9 and table.filter(F.col("topic") == "u").count() == 3
+    cluster.produce("u", [{"value": "x"}], acks="all")
+    for _ in range(2):
+        clock.advance(500)
+        cluster.run_round()
+    assert committed(cluster, "u") == {0: 1}
+
+
 def _reads_of_replica_state(monkeypatch, storage) -> list[int]:
     """The versions of replica_state that compact_replica_state reads back (a list that grows)."""
     read, versions = storage.read_version, []
@@ -117,13 +129,7 @@ def test_a_round_compacts_from_the_table_when_another_writer_committed_during_it
     assert len(read_back) == 1 and cluster._carry is None
     history = spark.sql(f"DESCRIBE HISTORY delta.`{storage.path('replica_state')}`").collect()
     assert "step=compact" in (history[0]["userMetadata"] or "")
-    rows = storage.read("replica_state")
-    assert rows.count() == 9 and rows.filter(F.col("topic") == "u").count() == 3
-    cluster.produce("u", [{"value": "x"}], acks="all")
-    for _ in range(2):
-        clock.advance(500)
-        cluster.run_round()
-    assert committed(cluster, "u") == {0: 1}
+    _kept_and_replicating(cluster, clock)
 
 
 def test_rounds_that_move_replicas_compact_from_what_they_carry(new_cluster, clock, monkeypatch):
@@ -198,14 +204,7 @@ def test_a_compaction_that_replaced_another_writers_rows_gives_them_back(new_clu
     assert "step=compact-undone" in last["userMetadata"]
     # nobody writing in between: compact, every topic's rows kept
     assert storage.compact_replica_state(round_id=51) is True
-    rows = storage.read("replica_state")
-    assert rows.count() == 9 and rows.filter(F.col("topic") == "u").count() == 3
-    # and the new topic replicates
-    cluster.produce("u", [{"value": "x"}], acks="all")
-    for _ in range(2):
-        clock.advance(500)
-        cluster.run_round()
-    assert committed(cluster, "u") == {0: 1}
+    _kept_and_replicating(cluster, clock)
 
 
 def test_carried_rows_that_another_writer_overtakes_before_the_overwrite_are_given_back(new_cluster, spark, clock,
