@@ -8,12 +8,15 @@ the fetch response, and the follower's append and high watermark.
 
 from __future__ import annotations
 
+from functools import reduce
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from pipeline.errors import ErrorCode
 from pipeline.isr import is_caught_up
 from pipeline.schemas import ACKS_ALL, NO_LEADER, PARTITION_KEY
+from pipeline.spark import small_side
 
 __all__ = [
     "RECORD_OVERHEAD_BYTES",
@@ -55,24 +58,34 @@ def validate_produce_requests(inbox_df: DataFrame, partitions_df: DataFrame) -> 
     """Adds `error_code` per inbox row: the leader's checks on a produce request, per partition.
 
     partitions_df: topic, partition, leader, leader_epoch, isr, min_isr, message_max_bytes, compact
-    (cleanup.policy has compact).
+    (cleanup.policy has compact); one row per partition (broadcast in a bulk round: spark.small_side).
     An error on any record of a (request, partition) fails that whole part of the request, as a
-    Kafka batch fails whole.
+    Kafka batch fails whole. Where its records fail different checks, the first check in the order
+    below names the error (Kafka checks a batch's size before its records' keys and producer fields).
     """
-    joined = inbox_df.join(partitions_df, on=PARTITION_KEY, how="left")
-    row_error = (
-        F.when(F.col("leader").isNull(), F.lit(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-        .when(F.col("leader") == NO_LEADER, F.lit(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-        .when((F.col("acks") == ACKS_ALL) & _is_under_min_isr(F.col("isr"), F.col("min_isr")),
-              F.lit(ErrorCode.NOT_ENOUGH_REPLICAS))
-        .when(record_size(F.col("key"), F.col("value")) > F.col("message_max_bytes"),
-              F.lit(ErrorCode.MESSAGE_TOO_LARGE))
+    joined = inbox_df.join(small_side(partitions_df), on=PARTITION_KEY, how="left")
+    checks = [
+        (F.col("leader").isNull(), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        (F.col("leader") == NO_LEADER, ErrorCode.NOT_LEADER_OR_FOLLOWER),
+        ((F.col("acks") == ACKS_ALL) & _is_under_min_isr(F.col("isr"), F.col("min_isr")), ErrorCode.NOT_ENOUGH_REPLICAS),
+        (record_size(F.col("key"), F.col("value")) > F.col("message_max_bytes"), ErrorCode.MESSAGE_TOO_LARGE),
         # Kafka's LogValidator: a compacted topic cannot accept a record without a key
-        .when(F.col("compact") & F.col("key").isNull(), F.lit(ErrorCode.INVALID_RECORD))
-        .when(~_producer_fields_agree(), F.lit(ErrorCode.INVALID_RECORD))
-    )
-    per_request = Window.partitionBy("request_id", "topic", "partition")
-    return joined.withColumn("error_code", F.first(row_error, ignorenulls=True).over(per_request))
+        (F.col("compact") & F.col("key").isNull(), ErrorCode.INVALID_RECORD),
+        (~_producer_fields_agree(), ErrorCode.INVALID_RECORD),
+    ]
+    first_failed = F.lit(None).cast("int")
+    for rank, (failed, _) in reversed(list(enumerate(checks))):
+        first_failed = F.when(failed, F.lit(rank)).otherwise(first_failed)
+    # the (few) failing parts of requests, aggregated on their keys alone: the records stay where they are
+    part = ["request_id", *PARTITION_KEY]
+    failed = (joined.select(*part, first_failed.alias("_check")).filter(F.col("_check").isNotNull())
+              .groupBy(*part).agg(F.min("_check").alias("_check")))
+    code = F.element_at(F.array(*[F.lit(c) for _, c in checks]), F.col("_check") + 1)
+    failed = failed.select(*[F.col(c).alias(f"_f_{c}") for c in part], code.alias("error_code"))
+    # (null-safe: a record of an unknown topic may have no partition)
+    same_part = [F.col(c).eqNullSafe(F.col(f"_f_{c}")) for c in part]
+    return joined.join(small_side(failed), on=reduce(Column.__and__, same_part), how="left") \
+        .select(*joined.columns, "error_code")
 
 
 def assign_offsets(valid_df: DataFrame, leader_df: DataFrame) -> DataFrame:
@@ -83,8 +96,8 @@ def assign_offsets(valid_df: DataFrame, leader_df: DataFrame) -> DataFrame:
     """
     order = Window.partitionBy(*PARTITION_KEY).orderBy("_commit_version", "request_id", "record_index")
     return (
-        valid_df.join(leader_df.select(*PARTITION_KEY, "leader", "leader_epoch", "leader_leo"), on=PARTITION_KEY,
-                      how="inner")
+        valid_df.join(small_side(leader_df.select(*PARTITION_KEY, "leader", "leader_epoch", "leader_leo")),
+                      on=PARTITION_KEY, how="inner")
         .withColumn("offset", F.col("leader_leo") + F.row_number().over(order) - 1)
         .select(*PARTITION_KEY, "offset", F.col("leader_epoch").cast("int"), "timestamp", "key", "value",
                 "producer_id", "producer_epoch", "sequence", F.col("leader").alias("broker"),
@@ -224,8 +237,8 @@ def fetch_response_records(fetch_df: DataFrame, leader_records_df: DataFrame) ->
     # and values) are joined once, to the offsets chosen, so no sort or shuffle carries them
     candidates = (
         leader_records_df.select(*PARTITION_KEY, "offset", record_size(F.col("key"), F.col("value")).alias("_size"))
-        .join(fetch_df.select("broker", "leader", *PARTITION_KEY, "fetch_offset", "partition_max_bytes",
-                              "response_max_bytes", "fetch_order", *quota), on=PARTITION_KEY, how="inner")
+        .join(small_side(fetch_df.select("broker", "leader", *PARTITION_KEY, "fetch_offset", "partition_max_bytes",
+                                          "response_max_bytes", "fetch_order", *quota)), on=PARTITION_KEY, how="inner")
         .filter(F.col("offset") >= F.col("fetch_offset"))
         .withColumns({"_bytes": F.sum("_size").over(in_partition),
                       "_first": F.row_number().over(in_partition) == 1})
@@ -262,7 +275,7 @@ def fetch_response_records(fetch_df: DataFrame, leader_records_df: DataFrame) ->
     # every condition above holds for a prefix of a partition's records (the sums only grow), so
     # what a follower gets of a partition is its records from the fetch offset to the last allowed
     chosen = (
-        candidates.join(partitions, on=["broker", "leader", *PARTITION_KEY], how="inner")
+        candidates.join(small_side(partitions), on=["broker", "leader", *PARTITION_KEY], how="inner")
         .filter(allowed)
         .groupBy("broker", *PARTITION_KEY, "fetch_offset", *kept).agg(F.max("offset").alias("_last"))
     )

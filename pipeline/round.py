@@ -32,7 +32,7 @@ from pipeline import replication as rules
 from pipeline.schemas import (ELECTIONS_SCHEMA, LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PARTITIONS_SCHEMA,
                               PRODUCERS_SCHEMA, REPLICA_KEY,
                               REPLICA_STATE_SCHEMA, RESULTS_SCHEMA, ROUNDS_SCHEMA)
-from pipeline.spark import COMPILED_EXPRESSIONS, apply_settings, settings_restored
+from pipeline.spark import BROADCAST_SMALL_SIDES, COMPILED_EXPRESSIONS, apply_settings, settings_restored, small_side
 from pipeline.storage import Storage, current_rows, is_concurrent_conflict
 
 __all__ = ["RoundReport", "RoundInputs", "Carry", "CARRIED_TABLES", "run_round", "idle_round", "last_round_phases"]
@@ -835,7 +835,7 @@ def _old_leader_records(storage: Storage, needs_df: DataFrame, brokers: list[int
             for b in brokers]
     wanted = needs_df.select(*PARTITION_KEY, F.col("leader").alias("broker"), "leader_leo_before").distinct()
     return (reduce(DataFrame.unionByName, logs)
-            .join(wanted, on=["broker", *PARTITION_KEY], how="inner")
+            .join(small_side(wanted), on=["broker", *PARTITION_KEY], how="inner")
             .filter(F.col("offset") < F.col("leader_leo_before"))
             .drop("leader_leo_before")).localCheckpoint()
 
@@ -1274,9 +1274,11 @@ _SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 # Interpreted expressions suit small rounds (no compiles); a bulk round (this many new inbox records,
 # or followers that fetched this many in the last round and may still be behind) compiles them:
 # 1,000,000 records, 100 partitions, rounds 1-3 took 61.8 / 28.1 / 24.4 s interpreted and
-# 41.5 / 22.3 / 17.0 s compiled (jobs/benchmark.py --scenario throughput --max-rounds 3)
+# 41.5 / 22.3 / 17.0 s compiled (jobs/benchmark.py --scenario throughput --max-rounds 3). It also
+# broadcasts the per-partition side of its joins with records (pipeline/spark.py), which a small
+# round does not: a broadcast is a job of its own
 BULK_ROWS_FOR_CODEGEN = 100_000
-_CODEGEN = COMPILED_EXPRESSIONS
+_BULK = {**COMPILED_EXPRESSIONS, BROADCAST_SMALL_SIDES: "true"}
 
 
 def shuffle_partitions_for(new_records: int, configured: int) -> int:
@@ -1288,15 +1290,16 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs,
               carry: Carry | None = None) -> tuple[RoundReport, Carry | None]:
     """One fetch round: leader append, follower fetch, ISR, high watermark, acks, metrics. Returns
     its report and what it carries to the next round (`carry` is the previous round's). A bulk
-    round's Spark settings (shuffle partitions, code generation) hold for that round only."""
-    with settings_restored(spark, (_SHUFFLE_PARTITIONS, *_CODEGEN)) as configured:
+    round's Spark settings (shuffle partitions, code generation, broadcast joins) hold for that round
+    only."""
+    with settings_restored(spark, (_SHUFFLE_PARTITIONS, *_BULK)) as configured:
         return _run_round(spark, storage, inputs, carry, int(configured[_SHUFFLE_PARTITIONS]))
 
 
 def _bulk_settings(spark: SparkSession, new_records: int, last_replicated: int, shuffle_partitions: int) -> None:
     spark.conf.set(_SHUFFLE_PARTITIONS, shuffle_partitions_for(new_records, shuffle_partitions))
     if max(new_records, last_replicated) >= BULK_ROWS_FOR_CODEGEN:
-        apply_settings(spark, _CODEGEN)
+        apply_settings(spark, _BULK)
 
 
 def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry: Carry | None,

@@ -10,11 +10,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from pipeline.jvm_lookups import convert_lists_in_bulk, remember_jvm_lookups, remember_named_columns
 
-__all__ = ["get_spark", "delta_jars", "SparkSetupError", "COMPILED_EXPRESSIONS", "settings_restored", "apply_settings"]
+__all__ = ["get_spark", "delta_jars", "SparkSetupError", "COMPILED_EXPRESSIONS", "BROADCAST_SMALL_SIDES", "small_side",
+           "settings_restored", "apply_settings"]
 
 remember_jvm_lookups()  # every process that imports the pipeline: see jvm_lookups.py
 remember_named_columns()
@@ -67,6 +69,16 @@ FAST_CONFS = {
 # A produce() of 1,000,000 rows took 25-32 s interpreted and 3-5 s compiled, side by side in one
 # process; a bulk round compiles too (pipeline/round.py)
 COMPILED_EXPRESSIONS = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
+# Joins of records (inbox or log rows) to per-partition rows broadcast the per-partition side when
+# this is "true" (a bulk round sets it for itself): the records then cross no shuffle for the join.
+# A small round keeps its sort-merge joins, since every broadcast is a Spark job of its own.
+BROADCAST_SMALL_SIDES = "replog.broadcastSmallSides"
+
+
+def small_side(df: DataFrame) -> DataFrame:
+    """`df`, the per-partition side of a join with records, hinted for a broadcast when the session
+    says so (BROADCAST_SMALL_SIDES). The hint changes the physical plan only, never the rows."""
+    return F.broadcast(df) if df.sparkSession.conf.get(BROADCAST_SMALL_SIDES, "false") == "true" else df
 
 
 @contextmanager

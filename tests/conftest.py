@@ -1,6 +1,7 @@
 import pytest
 
 from pipeline import Cluster, ManualClock, get_spark
+from pipeline.spark import BROADCAST_SMALL_SIDES
 
 
 @pytest.fixture(scope="session")
@@ -30,3 +31,13 @@ def new_cluster(spark, tmp_path, clock):
                               clock=clock)
 
     return make
+
+
+@pytest.fixture(params=["sort-merge", "broadcast"])
+def either_join(request, spark):
+    """Runs a rule's test with its joins of records to per-partition rows planned both ways: a small
+    round's sort-merge joins, and a bulk round's broadcasts (pipeline.spark.small_side)."""
+    if request.param == "broadcast":
+        spark.conf.set(BROADCAST_SMALL_SIDES, "true")
+    yield request.param
+    spark.conf.unset(BROADCAST_SMALL_SIDES)

@@ -4,6 +4,7 @@ the leader's contexts, and the partitions incremental requests and responses car
 
 import random
 
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
@@ -194,6 +195,7 @@ FETCH = ("broker int, leader int, topic string, partition int, fetch_offset long
 SIZE = RECORD_OVERHEAD_BYTES + 10
 
 
+@pytest.mark.usefixtures("either_join")
 def test_response_limit_serves_partitions_in_fetch_order_and_cuts_the_one_that_does_not_fit(spark):
     records = spark.createDataFrame([("t", p, o, None, b"0123456789", 0) for p in range(4) for o in range(3)], LOG)
     # order: p2 (never returned data), p0, p3 (returned data in round 4), p1 (round 5)
@@ -207,6 +209,7 @@ def test_response_limit_serves_partitions_in_fetch_order_and_cuts_the_one_that_d
                        ignore_row_order=True, ignore_nullable=True)
 
 
+@pytest.mark.usefixtures("either_join")
 def test_first_record_of_a_response_goes_even_over_both_limits(spark):
     records = spark.createDataFrame([("t", p, o, None, b"0123456789", 0) for p in range(2) for o in range(2)], LOG)
     fetch = spark.createDataFrame([(1, 0, "t", 0, 0, 1, 1, 0), (1, 0, "t", 1, 0, 1, 1, 0),
@@ -222,6 +225,7 @@ def test_first_record_of_a_response_goes_even_over_both_limits(spark):
 THROTTLED = FETCH + ", leader_throttled boolean, follower_throttled boolean, leader_budget long, follower_budget long"
 
 
+@pytest.mark.usefixtures("either_join")
 def test_throttled_partitions_share_their_brokers_budgets_and_in_sync_ones_are_never_held_back(spark):
     records = spark.createDataFrame([("t", p, o, None, b"0123456789", 0) for p in range(4) for o in range(4)], LOG)
     big = 100 * SIZE
@@ -243,6 +247,7 @@ def test_throttled_partitions_share_their_brokers_budgets_and_in_sync_ones_are_n
                        ignore_row_order=True, ignore_nullable=True)
 
 
+@pytest.mark.usefixtures("either_join")
 def test_a_throttled_record_larger_than_the_budget_waits(spark):
     records = spark.createDataFrame([("t", 0, 0, None, b"0123456789", 0)], LOG)
     fetch = spark.createDataFrame([(1, 0, "t", 0, 0, 100, 100, 0, False, True, None, SIZE - 1)], THROTTLED)
@@ -281,6 +286,7 @@ def _reference_response(fetches, records):
     return sent
 
 
+@pytest.mark.usefixtures("either_join")
 def test_a_response_cut_from_long_logs_with_gaps_and_large_records_matches_the_rule_read_plainly(spark):
     """The response is decided on offsets and sizes, and the records (keys and values) joined to the
     offsets chosen: compared with the rule computed record by record, on logs of many records,

@@ -1,5 +1,6 @@
 """Leader append, high watermark, fetch response and follower append rules with exact frames."""
 
+import pytest
 from chispa import assert_df_equality
 
 from pipeline.replication import (RECORD_OVERHEAD_BYTES, assign_offsets, fetch_response_records, follower_log_end,
@@ -60,7 +61,7 @@ def inbox(spark, rows, key=None):
         [(r, i, t, p, key, v, a, 0, None, None, None, ver) for r, i, t, p, v, a, ver in rows], INBOX_COLS)
 
 
-def test_validate_produce_requests_errors_per_request_partition(spark):
+def test_validate_produce_requests_errors_per_request_partition(spark, either_join):
     meta = spark.createDataFrame([("t", 0, 0, 3, [0, 1], 2, 100, False), ("t", 1, 1, 3, [1], 2, 100, False),
                                   ("t", 2, -1, 3, [], 1, 100, False)], META_COLS)
     big = b"x" * 200
@@ -73,8 +74,13 @@ def test_validate_produce_requests_errors_per_request_partition(spark):
                 ("f", 0, "NOT_LEADER_OR_FOLLOWER"), ("g", 0, "MESSAGE_TOO_LARGE"), ("g", 1, "MESSAGE_TOO_LARGE")]
     assert_df_equality(result, spark.createDataFrame(expected, "request_id string, record_index long, error_code string"),
                        ignore_row_order=True, ignore_nullable=True)
+    # a bulk round joins the records to the partitions' rows without shuffling them; a small one sort-merges
+    plan = result._jdf.queryExecution().executedPlan().toString()
+    assert ("BroadcastHashJoin" in plan, "SortMergeJoin" in plan) == (
+        (True, False) if either_join == "broadcast" else (False, True))
 
 
+@pytest.mark.usefixtures("either_join")
 def test_a_compacted_topic_refuses_a_record_without_a_key_with_invalid_record(spark):
     # Kafka's LogValidator: "Compacted topic cannot accept message without key"
     meta = spark.createDataFrame([("c", 0, 0, 1, [0], 1, 100, True), ("d", 0, 0, 1, [0], 1, 100, False)], META_COLS)
@@ -86,6 +92,23 @@ def test_a_compacted_topic_refuses_a_record_without_a_key_with_invalid_record(sp
                        ignore_row_order=True, ignore_nullable=True)
 
 
+@pytest.mark.usefixtures("either_join")
+def test_a_part_of_a_request_failing_two_checks_gets_the_first_and_a_record_without_a_partition_is_unknown(spark):
+    # Kafka checks a batch's size before its records (UnifiedLog.analyzeAndValidateRecords, then
+    # LogValidator): an oversized record fails its batch with MESSAGE_TOO_LARGE, wherever it sits
+    meta = spark.createDataFrame([("c", 0, 0, 1, [0], 1, 100, True)], META_COLS)
+    big = b"x" * 200
+    keyless = inbox(spark, [("a", 0, "c", 0, b"v", 1, 1), ("b", 1, "c", 0, big, 1, 1), ("n", 0, "gone", None, b"v", 1, 1)])
+    keyed = inbox(spark, [("a", 1, "c", 0, big, 1, 1), ("b", 0, "c", 0, b"v", 1, 1), ("k", 0, "c", 0, b"v", 1, 1)],
+                  key=b"k")
+    result = validate_produce_requests(keyless.unionByName(keyed), meta).select("request_id", "record_index", "error_code")
+    expected = [("a", 0, "MESSAGE_TOO_LARGE"), ("a", 1, "MESSAGE_TOO_LARGE"), ("b", 0, "MESSAGE_TOO_LARGE"),
+                ("b", 1, "MESSAGE_TOO_LARGE"), ("n", 0, "UNKNOWN_TOPIC_OR_PARTITION"), ("k", 0, None)]
+    assert_df_equality(result, spark.createDataFrame(expected, "request_id string, record_index long, error_code string"),
+                       ignore_row_order=True, ignore_nullable=True)
+
+
+@pytest.mark.usefixtures("either_join")
 def test_producer_id_epoch_and_sequence_come_together_or_not_at_all(spark):
     # Kafka's LogValidator: a client batch with a producer id and a negative sequence is an
     # INVALID_RECORD; an epoch or sequence without a producer id is one here too
@@ -99,6 +122,7 @@ def test_producer_id_epoch_and_sequence_come_together_or_not_at_all(spark):
                        ignore_row_order=True, ignore_nullable=True)
 
 
+@pytest.mark.usefixtures("either_join")
 def test_assign_offsets_from_leader_leo_in_produce_order(spark):
     rows = [("r2", 0, "t", 0, b"c", 1, 2), ("r1", 0, "t", 0, b"a", 1, 1), ("r1", 1, "t", 0, b"b", 1, 1),
             ("r1", 2, "t", 1, b"x", 1, 1)]
@@ -117,6 +141,7 @@ FETCH_COLS = ("broker int, leader int, topic string, partition int, fetch_offset
               "response_max_bytes long, fetch_order long")
 
 
+@pytest.mark.usefixtures("either_join")
 def test_fetch_response_from_fetch_offset_within_partition_max_bytes(spark):
     size = RECORD_OVERHEAD_BYTES + 10
     records = spark.createDataFrame([("t", 0, o, None, b"0123456789", 0) for o in range(6)], LOG_COLS)

@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 from pipeline import Cluster
 from pipeline import round as round_module
 from pipeline.round import table_versions
+from pipeline.spark import BROADCAST_SMALL_SIDES
 
 
 def committed(cluster, topic):
@@ -252,8 +253,9 @@ def test_a_bulk_round_shuffles_over_more_partitions_and_compiles_its_expressions
     """One shuffle partition and interpreted expressions suit a round's working set. A backlog of new
     inbox records gets one shuffle partition per BULK_ROWS_PER_SHUFFLE_PARTITION (one task sorting
     millions of records ran out of memory), and a round with BULK_ROWS_FOR_CODEGEN new records, or
-    after a round that replicated that many, compiled expressions; for that round only: the
-    session's own settings are back afterwards, and a small round uses them."""
+    after a round that replicated that many, compiled expressions and broadcast joins of records
+    to per-partition rows; for that round only: the session's own settings are back afterwards,
+    and a small round uses them."""
     assert round_module.shuffle_partitions_for(0, 1) == 1
     assert round_module.shuffle_partitions_for(500_000, 1) == 1
     assert round_module.shuffle_partitions_for(500_001, 1) == 2
@@ -265,17 +267,17 @@ def test_a_bulk_round_shuffles_over_more_partitions_and_compiles_its_expressions
     # partitions of broker 0, is still behind after the first round
     cluster = new_cluster(brokers=2, config={"replica.fetch.response.max.bytes": 240})
     cluster.create_topic("t", partitions=3, replication_factor=2)
-    keys = ("spark.sql.shuffle.partitions", "spark.sql.codegen.factoryMode")
+    keys = ("spark.sql.shuffle.partitions", "spark.sql.codegen.factoryMode", BROADCAST_SMALL_SIDES)
     seen = {}  # round id: the settings while the round commits its appends
     append_all = type(cluster.storage).append_all
 
     def observed(storage, appends, round_id):
-        seen.setdefault(round_id, []).append(tuple(spark.conf.get(k) for k in keys))
+        seen.setdefault(round_id, []).append(tuple(spark.conf.get(k, None) for k in keys))
         return append_all(storage, appends, round_id)
 
     monkeypatch.setattr(type(cluster.storage), "append_all", observed)
-    configured = tuple(spark.conf.get(k) for k in keys)
-    assert configured[1] == "NO_CODEGEN"
+    configured = tuple(spark.conf.get(k, None) for k in keys)
+    assert configured[1:] == ("NO_CODEGEN", None)
 
     def rounds(n):
         reports = []
@@ -289,9 +291,9 @@ def test_a_bulk_round_shuffles_over_more_partitions_and_compiles_its_expressions
     assert [r.records_replicated for r in first] == [16, 2, 0]
     # 18 new records: 4 shuffle partitions, compiled; then, after 16 replicated, compiled; then idle
     # (each round commits its appends in two steps: the logs, then the state and results)
-    assert seen == {first[0].round_id: [(str(max(int(configured[0]), 4)), "FALLBACK")] * 2,
-                    first[1].round_id: [(configured[0], "FALLBACK")] * 2}
-    assert tuple(spark.conf.get(k) for k in keys) == configured
+    assert seen == {first[0].round_id: [(str(max(int(configured[0]), 4)), "FALLBACK", "true")] * 2,
+                    first[1].round_id: [(configured[0], "FALLBACK", "true")] * 2}
+    assert tuple(spark.conf.get(k, None) for k in keys) == configured
     cluster.produce("t", [{"value": "w", "partition": 0}], acks="all")
     seen.clear()
     last = rounds(2)
