@@ -32,7 +32,8 @@ from pipeline import replication as rules
 from pipeline.schemas import (ELECTIONS_SCHEMA, LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PARTITIONS_SCHEMA,
                               PRODUCERS_SCHEMA, REPLICA_KEY,
                               REPLICA_STATE_SCHEMA, RESULTS_SCHEMA, ROUNDS_SCHEMA)
-from pipeline.spark import BROADCAST_SMALL_SIDES, COMPILED_EXPRESSIONS, apply_settings, settings_restored, small_side
+from pipeline.spark import (BROADCAST_SMALL_SIDES, COMPILED_EXPRESSIONS, apply_settings, per_partition_step,
+                            settings_restored, small_side)
 from pipeline.storage import Storage, current_rows, is_concurrent_conflict
 
 __all__ = ["RoundReport", "RoundInputs", "Carry", "CARRIED_TABLES", "run_round", "idle_round", "last_round_phases"]
@@ -352,6 +353,7 @@ def _serving_brokers(inputs: RoundInputs) -> list[int]:
     return [b for b in inputs.brokers if b not in down] or list(inputs.brokers)
 
 
+@per_partition_step
 def _read_replicas(spark: SparkSession, inputs: RoundInputs, meta: DataFrame, state: DataFrame) -> DataFrame:
     """One row per replica with its partition's metadata (as served) and its leader's offsets."""
     partition = Window.partitionBy(*PARTITION_KEY)
@@ -858,6 +860,7 @@ def _leader_append(validated: DataFrame, replicas: DataFrame) -> tuple[DataFrame
     return appended, replicas
 
 
+@per_partition_step
 def _fetch(replicas: DataFrame, now: int, restarted: bool) -> DataFrame:
     """Every follower of a live leader; those whose broker fetches update the leader's view. In a
     process's first round the leaders first reset their followers' state (a paused fetcher stays
@@ -880,6 +883,7 @@ def _fetch(replicas: DataFrame, now: int, restarted: bool) -> DataFrame:
             .unionByName(followers.filter(~fetching).withColumn("fetched", F.lit(False)))).localCheckpoint()
 
 
+@per_partition_step
 def _isr_changes(meta: DataFrame, followers: DataFrame, now: int) -> DataFrame:
     """Partitions whose ISR changes: expansion checked against the HW before this fetch."""
     joining = isr_rules.maybe_expand_isr(followers.filter("fetched").withColumn("leader_hw", F.col("leader_hw_before")))
@@ -908,6 +912,7 @@ def _with_isr(df: DataFrame, isr_changed: DataFrame) -> DataFrame:
             .withColumn("isr", F.coalesce(F.col("_new_isr"), F.col("isr"))).drop("_new_isr"))
 
 
+@per_partition_step
 def _high_watermark(replicas: DataFrame, followers: DataFrame, isr_changed: DataFrame, now: int,
                     down: list[int], start: DataFrame | None = None) -> DataFrame:
     """The leaders' HW after the followers' fetches, from the HW before the round or, after the
@@ -967,6 +972,7 @@ def _with_throttle_time(results: DataFrame, held: DataFrame | None) -> DataFrame
             .withColumn("throttle_time_ms", F.coalesce("throttle_time_ms", F.lit(0)).cast("long")))
 
 
+@per_partition_step
 def _state_rows(replicas: DataFrame, hw: DataFrame, followers: DataFrame, followers_after: DataFrame,
                 round_id: int) -> DataFrame:
     """Replica-state rows that changed: leaders that appended or moved their HW; followers whose
@@ -1016,6 +1022,7 @@ def _session_requests(inputs: RoundInputs, replicas: DataFrame, fetching: DataFr
     return full.unionByName(sessions.incremental_request(wanted, cached))
 
 
+@per_partition_step
 def _followers_after(fetching: DataFrame, response: DataFrame, hw: DataFrame, replicas: DataFrame,
                      round_id: int) -> DataFrame:
     """Followers after the response. `responded`: whether the response carried the partition
@@ -1059,6 +1066,7 @@ def _followers_after(fetching: DataFrame, response: DataFrame, hw: DataFrame, re
     ).localCheckpoint()
 
 
+@per_partition_step
 def _follow_up_fetch(replicas: DataFrame, followers: DataFrame, followers_after: DataFrame,
                      isr_changed: DataFrame, hw: DataFrame, now: int, down: list[int]
                      ) -> tuple[DataFrame, DataFrame, DataFrame]:
@@ -1250,6 +1258,7 @@ def _rows_changed(storage: Storage, carried: tuple[int, ...], seen: tuple[int, .
     return any(c != s and storage.rows_changed(t, c, s) for t, c, s in zip(CARRIED_TABLES, carried, seen))
 
 
+@per_partition_step
 def _carry_out(storage: Storage, seen: tuple[int, ...], wrote: dict[str, int], meta_rows: Keyed,
                state_rows: Keyed, isr_changed: DataFrame, pending_after: DataFrame,
                figures: dict[str, Any], attention: DataFrame, throttles: dict[int, int],
@@ -1276,7 +1285,8 @@ _SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 # 1,000,000 records, 100 partitions, rounds 1-3 took 61.8 / 28.1 / 24.4 s interpreted and
 # 41.5 / 22.3 / 17.0 s compiled (jobs/benchmark.py --scenario throughput --max-rounds 3). It also
 # broadcasts the per-partition side of its joins with records (pipeline/spark.py), which a small
-# round does not: a broadcast is a job of its own
+# round does not: a broadcast is a job of its own. Its steps over per-partition rows still
+# interpret theirs (@per_partition_step)
 BULK_ROWS_FOR_CODEGEN = 100_000
 _BULK = {**COMPILED_EXPRESSIONS, BROADCAST_SMALL_SIDES: "true"}
 

@@ -7,6 +7,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from pipeline import Cluster
+from pipeline import replication
 from pipeline import round as round_module
 from pipeline.round import table_versions
 from pipeline.spark import BROADCAST_SMALL_SIDES
@@ -276,6 +277,14 @@ def test_a_bulk_round_shuffles_over_more_partitions_and_compiles_its_expressions
         return append_all(storage, appends, round_id)
 
     monkeypatch.setattr(type(cluster.storage), "append_all", observed)
+    # a step over records (the fetch response) compiles in a bulk round; one over per-partition
+    # rows (the HW, round.py's @per_partition_step) interprets, and the round compiles again after it
+    modes = []  # (step, the expressions' factory mode while the round builds and pins it)
+    for step, rule in (("response", "fetch_response_records"), ("hw", "maybe_increment_leader_hw")):
+        def watched(*args, _rule=getattr(replication, rule), _step=step, **kwargs):
+            modes.append((_step, spark.conf.get("spark.sql.codegen.factoryMode")))
+            return _rule(*args, **kwargs)
+        monkeypatch.setattr(replication, rule, watched)
     configured = tuple(spark.conf.get(k, None) for k in keys)
     assert configured[1:] == ("NO_CODEGEN", None)
 
@@ -294,10 +303,14 @@ def test_a_bulk_round_shuffles_over_more_partitions_and_compiles_its_expressions
     assert seen == {first[0].round_id: [(str(max(int(configured[0]), 4)), "FALLBACK", "true")] * 2,
                     first[1].round_id: [(configured[0], "FALLBACK", "true")] * 2}
     assert tuple(spark.conf.get(k, None) for k in keys) == configured
+    # each active round: the HW after the fetch, the response, the HW after the follow-up fetch
+    assert modes[:6] == [("hw", "NO_CODEGEN"), ("response", "FALLBACK"), ("hw", "NO_CODEGEN")] * 2
     cluster.produce("t", [{"value": "w", "partition": 0}], acks="all")
     seen.clear()
+    modes.clear()
     last = rounds(2)
     assert seen[last[0].round_id][0] == configured
+    assert modes[:3] == [("hw", "NO_CODEGEN"), ("response", "NO_CODEGEN"), ("hw", "NO_CODEGEN")]
     assert committed(cluster, "t") == {0: 7, 1: 6, 2: 6}
     assert sorted(bytes(r["value"]).decode() for r in cluster.read("t").collect()) == sorted(
         [f"v{i}" for i in range(18)] + ["w"])
