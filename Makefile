@@ -11,9 +11,10 @@ setup:
 test: setup
 	$(PY) -m pytest -n 2 --dist loadfile --durations=15
 
-# the jobs run as users run them: spark-submit subprocesses (minutes; CI runs it after make test)
+# the jobs run as users run them: spark-submit and CLI subprocesses (minutes; CI runs it after make
+# test). Two workers, one file each: the subprocesses' JVMs start and wait more than they compute
 test-integration: setup
-	$(PY) -m pytest -m integration
+	$(PY) -m pytest -m integration -n 2 --dist loadfile --durations=15
 
 # the fault-injection soak (tests/soak/): SEEDS seeds from SEED, EVENTS events each; a failing
 # history is minimized with at most MAX_REPLAYS replays and saved; REPLAY=file replays a saved one

@@ -51,21 +51,25 @@ def _config(pairs: list[str] | None) -> dict[str, str]:
     return config
 
 
-def _spark():
+# commands that may run for long (rounds, compaction): their JVM keeps the C2 compiler
+_LONG_RUNNING = {"run", "maintain"}
+
+
+def _spark(args: argparse.Namespace):
     from pipeline.spark import get_spark
-    return get_spark(app_name="replog-cli")
+    return get_spark(app_name="replog-cli", short_lived=args.command not in _LONG_RUNNING)
 
 
 def _open(args: argparse.Namespace):
     from pipeline.cluster import Cluster
-    return Cluster.open(_spark(), args.root)
+    return Cluster.open(_spark(args), args.root)
 
 
 def cmd_cluster(args: argparse.Namespace) -> None:
     from pipeline.cluster import Cluster
     if not args.create:
         raise SystemExit("replog cluster: say --create")
-    Cluster.create(_spark(), args.root, brokers=args.brokers, config=_config(args.config))
+    Cluster.create(_spark(args), args.root, brokers=args.brokers, config=_config(args.config))
     print(f"Created a cluster of {args.brokers} brokers at {os.path.abspath(args.root)}.")
 
 

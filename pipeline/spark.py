@@ -24,6 +24,13 @@ remember_named_columns()
 convert_lists_in_bulk()
 
 JARS_DIR = Path(__file__).resolve().parent.parent / ".cache" / "jars"
+# The driver JVM's class-data-sharing archive (`make setup` writes it: scripts/jvm_archive.py): the
+# classes a CLI command and a round load, already parsed and verified. A JVM started from PySpark
+# maps it instead of loading those classes from the jars. Named by the PySpark version, whose jars
+# it holds; a JVM that cannot use it (another Java build or class path) runs without it, silently.
+JVM_ARCHIVE_DIR = JARS_DIR.parent / "jvm"
+# the archive's warnings (a mismatch) go to stdout, where the CLI prints its answers
+_QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 DELTA_CONFS = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -140,6 +147,21 @@ def delta_jars(jars_dir: Path = JARS_DIR) -> list[str]:
     return jars
 
 
+def jvm_archive() -> Path:
+    import pyspark
+    return JVM_ARCHIVE_DIR / f"pyspark-{pyspark.__version__}.jsa"
+
+
+def driver_java_options(short_lived: bool = False) -> str:
+    """Options for a driver JVM that PySpark starts: the class-data-sharing archive when `make
+    setup` made one, and for a short-lived process (one CLI command) the C1 compiler only, which
+    compiles sooner and less than C2 (`replog topics --list`: see the README's CLI section)."""
+    options = [f"-XX:SharedArchiveFile={jvm_archive()} {_QUIET_CDS}"] if jvm_archive().is_file() else []
+    if short_lived:
+        options.append("-XX:TieredStopAtLevel=1")
+    return " ".join(options)
+
+
 def _check_java() -> None:
     java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")) if os.environ.get(
         "JAVA_HOME"
@@ -162,14 +184,16 @@ def _submitted_conf() -> Any:
     return SparkConf()
 
 
-def get_spark(master: str | None = None, app_name: str = "replog", extra: dict | None = None) -> SparkSession:
+def get_spark(master: str | None = None, app_name: str = "replog", extra: dict | None = None,
+              short_lived: bool = False) -> SparkSession:
     """A SparkSession with the Delta extension, from the cached jars (no network needed).
 
     >>> spark = get_spark()                           # local[*]
     >>> spark = get_spark(master="spark://host:7077")  # a standalone cluster
 
     The master is `master`, else spark-submit's --master, else $REPLOG_MASTER, else local[2]; under
-    spark-submit, its --conf and properties file win over the defaults set here.
+    spark-submit, its --conf and properties file win over the defaults set here. A JVM started
+    here gets `driver_java_options(short_lived)` unless `extra` sets spark.driver.extraJavaOptions.
     """
     active = SparkSession.getActiveSession()
     if active is not None and master is None and not extra:
@@ -182,7 +206,10 @@ def get_spark(master: str | None = None, app_name: str = "replog", extra: dict |
     builder = SparkSession.builder.appName(app_name)
     if master or submitted is None or not submitted.contains("spark.master"):
         builder = builder.master(master or os.environ.get("REPLOG_MASTER", "local[2]"))
-    confs = {**FAST_CONFS, **DELTA_CONFS, "spark.jars": ",".join(delta_jars()), **(extra or {})}
+    confs = {**FAST_CONFS, **DELTA_CONFS, "spark.jars": ",".join(delta_jars())}
+    if submitted is None and driver_java_options(short_lived):
+        confs["spark.driver.extraJavaOptions"] = driver_java_options(short_lived)
+    confs.update(extra or {})
     for key, value in confs.items():
         if key in (extra or {}) or submitted is None or not submitted.contains(key):
             builder = builder.config(key, value)

@@ -47,4 +47,12 @@ fetch() {  # group-path artifact version
 }
 fetch io/delta "delta-spark_${SPARK_BINARY}_${SCALA}" "$DELTA_JAR_VERSION"
 fetch io/delta delta-storage "$DELTA_JAR_VERSION"
-echo "setup: ready (.venv, Delta Lake $DELTA_JAR_VERSION jars in .cache/jars)"
+# the driver JVM's class-data-sharing archive (pipeline/spark.py): once per PySpark version, about
+# a minute; JVMs start without it when it cannot be made
+archive=$(.venv/bin/python -c 'from pipeline.spark import jvm_archive; print(jvm_archive())')
+if [ ! -f "$archive" ]; then
+  echo "setup: writing the driver JVM's class-data-sharing archive ($archive)"
+  .venv/bin/python scripts/jvm_archive.py >.cache/jvm-archive.log 2>&1 \
+    || echo "setup: no class-data-sharing archive (see .cache/jvm-archive.log); JVMs start without it" >&2
+fi
+echo "setup: ready (.venv, Delta Lake $DELTA_JAR_VERSION jars in .cache/jars, $(basename "$archive"))"

@@ -14,11 +14,13 @@ REPLOG = str(Path(sys.executable).parent / "replog")
 pytestmark = pytest.mark.integration
 
 
-def replog(*args, stdin=None, root=None):
+def replog(*args, stdin=None, root=None, java_options=None):
     env = job_env()
     env.pop("REPLOG_ROOT", None)
     if root is not None:
         env["REPLOG_ROOT"] = root
+    if java_options is not None:
+        env["JAVA_TOOL_OPTIONS"] = java_options  # every JVM the command starts
     return subprocess.run([REPLOG, *args], input=stdin, capture_output=True, text=True, timeout=300, env=env)
 
 
@@ -58,7 +60,14 @@ def test_an_operator_session(tmp_path):
     consumed = replog("consume", "--topic", "orders", "--from-beginning", "--print-key", root=root)
     assert sorted(consumed.stdout.splitlines()) == ["k1\tfirst", "k2\tsecond", "null\tthird"]
 
-    assert replog("topics", "--list", root=root).stdout == "orders\n"
+    # the driver JVM loads its classes from the class-data-sharing archive `make setup` wrote (the
+    # archive on top of Java's own: "top"); each JVM the command starts logs to a file of its own
+    listed = replog("topics", "--list", root=root,
+                    java_options=f"-Xlog:class+load=info:file={tmp_path}/classes-%p.log")
+    assert listed.returncode == 0 and listed.stdout == "orders\n", listed.stderr[-2000:]
+    from_archive = [sum("source: shared objects file (top)" in line for line in log.open())
+                    for log in tmp_path.glob("classes-*.log")]
+    assert max(from_archive) > 5000, from_archive
     brokers = replog("brokers", root=root).stdout.splitlines()
     assert brokers == ["Broker\tState\tFetcher\tLeaders", "0\trunning\trunning\t1", "1\trunning\trunning\t1",
                        "2\trunning\trunning\t0"]

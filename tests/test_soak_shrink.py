@@ -61,17 +61,17 @@ class PlantedLoss(Soak):
         return self.cluster.spark
 
 
+# one event the loss does not need (each replay is a fresh cluster: ddmin's 9 replays here are
+# minutes; with two more such events it took 20)
 HISTORY = [
     ["pause", {"broker": 2}],
     ["produce", {"topic": "clean", "acks": "all", "records": [[0, "v1"], [1, "v2"]]}],
-    ["throttle", {"broker": 1, "limit": 1000}],
     ["round", {}],
-    ["read", {"topic": "clean"}],
     ["tamper", {}],
 ]
 
 
-@pytest.mark.integration  # about 20 replays on fresh clusters: minutes
+@pytest.mark.integration
 def test_a_planted_loss_is_minimized_to_the_events_that_cause_it(spark, tmp_path):
     with pytest.raises(Violation) as caught:
         PlantedLoss(spark, str(tmp_path / "full"), seed=1).replay(HISTORY)
@@ -79,8 +79,8 @@ def test_a_planted_loss_is_minimized_to_the_events_that_cause_it(spark, tmp_path
     assert v.check == "gap" and not v.during_heal and v.events == HISTORY
 
     shrunk = shrink(lambda root: PlantedLoss(spark, root, seed=1), v.events, v.check, v.during_heal)
-    assert shrunk.minimal and shrunk.replays <= 25
-    assert shrunk.events == [HISTORY[1], HISTORY[3], HISTORY[5]]  # produce, round, tamper
+    assert shrunk.minimal and shrunk.replays <= 10
+    assert shrunk.events == HISTORY[1:]  # produce, round, tamper
     assert shrunk.violation.check == "gap" and "tamper: offset 0 of clean-0" in str(shrunk.violation)
 
 

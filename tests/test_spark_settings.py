@@ -44,3 +44,24 @@ def test_a_failing_per_partition_step_leaves_the_compiled_settings_in_place(spar
             _failing_step(spark.range(1))
         assert (spark.conf.get(MODE), spark.conf.get(STAGES)) == ("FALLBACK", "true")
     assert spark.conf.get(MODE) == "NO_CODEGEN"
+
+
+def test_driver_java_options_name_the_archive_when_setup_made_one_and_c1_for_short_lived_processes(
+        tmp_path, monkeypatch):
+    import pipeline.spark as spark_module
+    monkeypatch.setattr(spark_module, "JVM_ARCHIVE_DIR", tmp_path)
+    assert spark_module.driver_java_options() == ""  # no archive: Java's defaults
+    assert spark_module.driver_java_options(short_lived=True) == "-XX:TieredStopAtLevel=1"
+    spark_module.jvm_archive().write_bytes(b"archive")
+    archive = f"-XX:SharedArchiveFile={tmp_path / spark_module.jvm_archive().name}"
+    assert spark_module.driver_java_options().split() == [archive, "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+    assert spark_module.driver_java_options(short_lived=True).split()[-1] == "-XX:TieredStopAtLevel=1"
+
+
+def test_the_sessions_jvm_maps_the_archive_that_setup_made(spark):
+    from pipeline.spark import jvm_archive
+    assert jvm_archive().is_file(), "make setup writes it (scripts/jvm_archive.py)"
+    jvm = spark.sparkContext._jvm
+    arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert f"-XX:SharedArchiveFile={jvm_archive()}" in arguments
+    assert "-XX:TieredStopAtLevel=1" not in arguments  # a long-lived process keeps C2
