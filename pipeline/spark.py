@@ -156,7 +156,10 @@ def driver_java_options(short_lived: bool = False) -> str:
     """Options for a driver JVM that PySpark starts: the class-data-sharing archive when `make
     setup` made one, and for a short-lived process (one CLI command) the C1 compiler only, which
     compiles sooner and less than C2 (`replog topics --list`: see the README's CLI section)."""
-    options = [f"-XX:SharedArchiveFile={jvm_archive()} {_QUIET_CDS}"] if jvm_archive().is_file() else []
+    archive = jvm_archive()
+    # Spark splits these options at whitespace: a checkout whose path has some goes without
+    usable = archive.is_file() and not any(c.isspace() for c in str(archive))
+    options = [f"-XX:SharedArchiveFile={archive} {_QUIET_CDS}"] if usable else []
     if short_lived:
         options.append("-XX:TieredStopAtLevel=1")
     return " ".join(options)

@@ -56,6 +56,11 @@ def test_driver_java_options_name_the_archive_when_setup_made_one_and_c1_for_sho
     archive = f"-XX:SharedArchiveFile={tmp_path / spark_module.jvm_archive().name}"
     assert spark_module.driver_java_options().split() == [archive, "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
     assert spark_module.driver_java_options(short_lived=True).split()[-1] == "-XX:TieredStopAtLevel=1"
+    spaced = tmp_path / "a checkout"  # Spark splits the options at whitespace: no archive then
+    spaced.mkdir()
+    monkeypatch.setattr(spark_module, "JVM_ARCHIVE_DIR", spaced)
+    spark_module.jvm_archive().write_bytes(b"archive")
+    assert spark_module.driver_java_options(short_lived=True) == "-XX:TieredStopAtLevel=1"
 
 
 def test_the_sessions_jvm_maps_the_archive_that_setup_made(spark):
