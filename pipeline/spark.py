@@ -30,7 +30,7 @@ JARS_DIR = Path(__file__).resolve().parent.parent / ".cache" / "jars"
 # it holds; a JVM that cannot use it (another Java build or class path) runs without it, silently.
 JVM_ARCHIVE_DIR = JARS_DIR.parent / "jvm"
 # the archive's warnings (a mismatch) go to stdout, where the CLI prints its answers
-_QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+QUIET_CDS_LOG = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 DELTA_CONFS = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -159,7 +159,7 @@ def driver_java_options(short_lived: bool = False) -> str:
     archive = jvm_archive()
     # Spark splits these options at whitespace: a checkout whose path has some goes without
     usable = archive.is_file() and not any(c.isspace() for c in str(archive))
-    options = [f"-XX:SharedArchiveFile={archive} {_QUIET_CDS}"] if usable else []
+    options = [f"-XX:SharedArchiveFile={archive} {QUIET_CDS_LOG}"] if usable else []
     if short_lived:
         options.append("-XX:TieredStopAtLevel=1")
     return " ".join(options)
@@ -210,8 +210,9 @@ def get_spark(master: str | None = None, app_name: str = "replog", extra: dict |
     if master or submitted is None or not submitted.contains("spark.master"):
         builder = builder.master(master or os.environ.get("REPLOG_MASTER", "local[2]"))
     confs = {**FAST_CONFS, **DELTA_CONFS, "spark.jars": ",".join(delta_jars())}
-    if submitted is None and driver_java_options(short_lived):
-        confs["spark.driver.extraJavaOptions"] = driver_java_options(short_lived)
+    java_options = driver_java_options(short_lived) if submitted is None else ""
+    if java_options:
+        confs["spark.driver.extraJavaOptions"] = java_options
     confs.update(extra or {})
     for key, value in confs.items():
         if key in (extra or {}) or submitted is None or not submitted.contains(key):

@@ -12,7 +12,7 @@ import tempfile
 from pyspark import SparkContext
 
 from pipeline import Cluster, ManualClock
-from pipeline.spark import _QUIET_CDS, get_spark, jvm_archive
+from pipeline.spark import QUIET_CDS_LOG, get_spark, jvm_archive
 
 
 def workload(spark, root: str) -> None:
@@ -39,7 +39,7 @@ def main() -> int:
     work = tempfile.mkdtemp(prefix="replog-jvm-archive-")
     try:
         spark = get_spark(app_name="replog-jvm-archive", extra={
-            "spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial} {_QUIET_CDS}"})
+            "spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial} {QUIET_CDS_LOG}"})
         workload(spark, os.path.join(work, "cluster"))
         spark.stop()
         # the archive is written as the JVM exits, which it does once its stdin closes
