@@ -1,7 +1,8 @@
 import pytest
+from pyspark.sql import SparkSession
 
 from pipeline import Cluster, ManualClock, get_spark
-from pipeline.spark import BROADCAST_SMALL_SIDES
+from pipeline.spark import BROADCAST_SMALL_SIDES, forget_table_logs
 
 
 @pytest.fixture(scope="session")
@@ -13,6 +14,16 @@ def spark():
                                "spark.databricks.delta.snapshotPartitions": "1"})
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def forget_a_modules_tables():
+    """After each test module, the session forgets the Delta logs of the tables its tests made
+    (pipeline.spark.forget_table_logs): they are deleted, and kept they filled the heap."""
+    yield
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        forget_table_logs(session)
 
 
 @pytest.fixture

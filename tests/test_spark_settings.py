@@ -70,3 +70,17 @@ def test_the_sessions_jvm_maps_the_archive_that_setup_made(spark):
     arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert f"-XX:SharedArchiveFile={jvm_archive()}" in arguments
     assert "-XX:TieredStopAtLevel=1" not in arguments  # a long-lived process keeps C2
+
+
+def test_forgetting_the_table_logs_empties_deltas_cache_and_the_tables_read_and_write_as_before(spark, tmp_path):
+    from pipeline.spark import forget_table_logs
+    # (cacheSize has no static forwarder on the DeltaLog class: ask its Scala object)
+    delta_log = getattr(getattr(spark.sparkContext._jvm.org.apache.spark.sql.delta, "DeltaLog$"), "MODULE$")
+    path = str(tmp_path / "t")
+    spark.range(3).write.format("delta").save(path)
+    assert spark.read.format("delta").load(path).count() == 3
+    assert delta_log.cacheSize() >= 1
+    forget_table_logs(spark)
+    assert delta_log.cacheSize() == 0
+    spark.range(3, 5).write.format("delta").mode("append").save(path)
+    assert sorted(r.id for r in spark.read.format("delta").load(path).collect()) == [0, 1, 2, 3, 4]

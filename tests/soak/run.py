@@ -16,6 +16,7 @@ import tempfile
 import time
 
 from pipeline import get_spark
+from pipeline.spark import forget_table_logs
 from tests.soak.checker import Violation
 from tests.soak.shrink import shrink
 from tests.soak.soak import Soak
@@ -27,8 +28,12 @@ def _report_failure(spark, seed: int, v: Violation, args) -> None:
         return
     print(f"seed {seed}: minimizing {len(v.events)} events (at most {args.max_replays} replays)...", flush=True)
     started = time.monotonic()
-    shrunk = shrink(lambda root: Soak(spark, root, seed), v.events, v.check, v.during_heal,
-                    max_replays=args.max_replays)
+
+    def fresh_soak(root: str) -> Soak:
+        forget_table_logs(spark)  # the last replay's tables are deleted
+        return Soak(spark, root, seed)
+
+    shrunk = shrink(fresh_soak, v.events, v.check, v.during_heal, max_replays=args.max_replays)
     state = "1-minimal" if shrunk.minimal else "the smallest found before the budget ran out"
     print(f"seed {seed}: minimal history, {len(shrunk.events)} of {len(v.events)} events ({state}; "
           f"{shrunk.replays} replays, {time.monotonic() - started:.0f} s):\n{shrunk.violation}", flush=True)
@@ -70,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             except Violation as v:
                 _report_failure(spark, seed, v, args)
                 return 1
+        forget_table_logs(spark)
         print(f"seed {seed}: ok, {args.events} events, {soak.rounds} rounds, {len(soak.expected.requests)} "
               f"requests, {time.monotonic() - started:.0f} s", flush=True)
     return 0
