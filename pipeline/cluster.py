@@ -62,6 +62,7 @@ def _validate_topic_name(name: Any) -> None:
                           f"topic name {name!r} is invalid: use 1 to 249 of [a-zA-Z0-9._-], not '.' or '..'")
 
 
+_UNREAD = object()  # Cluster._last before the rounds table is read
 # the tables every cluster has had since the first release (open() checks they are there)
 _REQUIRED_TABLES = ("brokers", "topics", "partitions", "replica_state", "inbox", "results", "rounds")
 
@@ -77,14 +78,13 @@ class Cluster:
     """
 
     def __init__(self, spark: SparkSession, storage: Storage, clock: Clock, config: dict[str, Any],
-                 brokers: list[int]):
+                 brokers: list[int], views_wanted: bool = True):
         self.spark = spark
         self.storage = storage
         self.clock = clock
         self.config = config
         self.brokers = brokers
-        last = storage.read("rounds").orderBy(F.col("round_id").desc()).limit(1).collect()
-        self._last_report: RoundReport | None = RoundReport(**last[0].asDict()) if last else None
+        self._last: RoundReport | None | object = _UNREAD  # the newest round's report (_last_report)
         self._seen: tuple | None = None  # table versions and broker states at the last round
         self._rng = random.Random()  # fetch session ids
         self._brokers_seen: tuple | None = None  # (brokers table version, its rows)
@@ -114,16 +114,9 @@ class Cluster:
         # the inputs of an interrupted round to replay, once found
         self._recovery_checked = False
         self._replay: recovery.Replay | None = None
-        storage.ensure("group_offsets")  # a root made before consumer groups existed
-        storage.ensure("elections")  # ... before the controller
-        storage.ensure("lease")  # ... before the one-writer lease
-        storage.ensure("cleaner")  # ... before the log cleaner
-        storage.ensure("cleaner_runs")
-        storage.ensure_columns("brokers")
-        storage.ensure_columns("replica_state")
-        storage.ensure_columns("partitions")  # ... before reassignments
-        storage.ensure_columns("admin")
-        views.register_views(spark, storage, brokers, config["min.insync.replicas"])
+        self._views = views_wanted
+        if views_wanted:
+            views.register_views(spark, storage, brokers, config["min.insync.replicas"])
 
     # -- factories ---------------------------------------------------------------------------
     @classmethod
@@ -143,14 +136,16 @@ class Cluster:
         storage.append_table(spark.createDataFrame(
             [(b, storage.broker_root(b), False, None, now, controller.RUNNING, now, False, False) for b in ids],
             BROKERS_SCHEMA), "brokers")
-        storage._create(storage.path("cluster"), CLUSTER_SCHEMA, {})
+        storage.create_cluster_table()
         storage.append_table(spark.createDataFrame(
             [(str(uuid.uuid4()), brokers, to_json(full), now)], CLUSTER_SCHEMA), "cluster")
         return cls(spark, storage, clock, full, ids)
 
     @classmethod
-    def open(cls, spark: SparkSession, root: str, clock: Clock | None = None) -> "Cluster":
-        """The cluster at `root`; CLUSTER_NOT_FOUND when there is none."""
+    def open(cls, spark: SparkSession, root: str, clock: Clock | None = None, views: bool = True) -> "Cluster":
+        """The cluster at `root`; CLUSTER_NOT_FOUND when there is none. `views`: register the
+        replog.* views in the session for this root (the command line, which never reads them,
+        skips it: about 3 s of a command's start)."""
         storage = Storage(spark, root)
         if not storage.exists():
             raise ReplogError(ErrorCode.CLUSTER_NOT_FOUND, f"{storage.root} holds no cluster (use Cluster.create)")
@@ -163,10 +158,9 @@ class Cluster:
                                   f"the cluster at {storage.root} has lost its '{table}' table ({storage.path(table)} "
                                   "is not a Delta table): restore it from a backup or Delta's history")
         brokers = sorted(r["broker"] for r in storage.read("brokers").select("broker").collect())
-        storage.ensure("client_quotas")  # a root made before client quotas
-        for table in ("inbox", "results", "rounds"):
-            storage.ensure_columns(table)
-        cluster = cls(spark, storage, clock or SystemClock(), with_defaults(json.loads(row["config"])), brokers)
+        storage.upgrade()  # a root made by an older release: the tables and columns it lacks
+        cluster = cls(spark, storage, clock or SystemClock(), with_defaults(json.loads(row["config"])), brokers,
+                      views_wanted=views)
         # no round runs while no process has the cluster open: this process's first round (re)starts
         # the brokers, and the leaders reset their followers' fetch state
         # (replication.reset_follower_state_on_restart), so the time it was down counts against none
@@ -314,6 +308,19 @@ class Cluster:
                 self.storage.update_if(self.spark.createDataFrame(
                     [tuple({**rows[b], **after}[f] for f in BROKERS_SCHEMA.fieldNames()) for b in brokers],
                     BROKERS_SCHEMA), "brokers", ["broker"], only_if=f"t.state = '{before}'")
+
+    @property
+    def _last_report(self) -> RoundReport | None:
+        """The newest round's report, read from the rounds table when first asked for (a command
+        that runs no round and needs no round id never reads it)."""
+        if self._last is _UNREAD:
+            last = self.storage.read("rounds").orderBy(F.col("round_id").desc()).limit(1).collect()
+            self._last = RoundReport(**last[0].asDict()) if last else None
+        return self._last  # type: ignore[return-value]
+
+    @_last_report.setter
+    def _last_report(self, report: RoundReport | None) -> None:
+        self._last = report
 
     @property
     def _round_id(self) -> int:
@@ -1145,7 +1152,8 @@ class Cluster:
             if config == self.config:
                 return
             self.config, self._carry, self._seen = config, None, None
-            views.register_views(self.spark, self.storage, self.brokers, self.config["min.insync.replicas"])
+            if self._views:
+                views.register_views(self.spark, self.storage, self.brokers, self.config["min.insync.replicas"])
 
     # -- client quotas (Kafka's design 4.9, pipeline/quotas.py) -------------------------------------
     def alter_client_quotas(self, entity: Mapping[str, str | None], set: Mapping[str, Any] | None = None,

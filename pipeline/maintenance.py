@@ -47,23 +47,14 @@ LAST_PASS_PROPERTY = "replog.maintenance.lastPassMs"
 
 
 def last_pass_ms(storage: Storage) -> int | None:
-    conf = storage.snapshot(storage.path("cluster")).metadata().configuration()
-    return int(conf.apply(LAST_PASS_PROPERTY)) if conf.contains(LAST_PASS_PROPERTY) else None
+    value = storage.cluster_property(LAST_PASS_PROPERTY)
+    return int(value) if value is not None else None
 
 
 def record_pass(storage: Storage, now_ms: int) -> bool:
     """Records a pass's time; False when another writer's commit to the cluster table conflicted
     (alter_configs at that moment): the time goes unrecorded, and the next pass records its own."""
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import AnalysisException
-    try:
-        storage.spark.sql(f"ALTER TABLE delta.`{storage.path('cluster')}` "
-                          f"SET TBLPROPERTIES ('{LAST_PASS_PROPERTY}' = '{int(now_ms)}')")
-        return True
-    except (Py4JJavaError, AnalysisException) as err:
-        if is_concurrent_conflict(err):
-            return False
-        raise
+    return storage.set_cluster_property(LAST_PASS_PROPERTY, str(int(now_ms)))
 
 
 @dataclass

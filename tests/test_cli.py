@@ -95,6 +95,7 @@ def test_an_operator_session(tmp_path):
     reset = replog("consumer-groups", "--reset-offsets", "--group", "billing", "--topic", "orders", "--to-offset", "1",
                    "--execute", root=root)
     assert reset.returncode == 0, reset.stderr[-2000:]
+    assert replog("consumer-groups", "--list", root=root).stdout == "billing\n"
     lag = [line.split("\t") for line in replog("consumer-groups", "--describe", "--group", "billing",
                                                  root=root).stdout.splitlines()]
     assert lag[0] == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"]

@@ -1,0 +1,91 @@
+"""A root made by an older release: Cluster.open brings its tables and columns up to this release's
+layout once (Storage.upgrade, the cluster table's replog.layout property), and a root already at it
+costs no Delta log reads. Real Delta tables; an old root is made by taking from a new one what an
+older release did not write."""
+
+import os
+import shutil
+
+from pyspark.sql import functions as F
+
+from pipeline import Cluster
+from pipeline.storage import LAYOUT, LAYOUT_PROPERTY, Storage
+
+
+def _committed_values(cluster):
+    return sorted(r["value"] for r in cluster.read("orders").select(F.col("value").cast("string").alias("value")).collect())
+
+
+def _round(cluster, clock):
+    clock.advance(500)
+    return cluster.run_round()
+
+
+def _without_column(spark, path, column):
+    """The table at `path` rewritten without `column`, as a release before the column wrote it."""
+    spark.read.format("delta").load(path).drop(column).localCheckpoint() \
+        .write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+
+
+def test_an_old_root_gets_the_tables_and_columns_it_lacks_once_and_keeps_its_data(spark, new_cluster, clock):
+    cluster = new_cluster()
+    storage = cluster.storage
+    assert storage.layout() == LAYOUT  # a new root says its layout
+    cluster.create_topic("orders", partitions=2, replication_factor=3)
+    first = cluster.produce("orders", [{"value": "a", "partition": 0}, {"value": "b", "partition": 1}], acks="all")
+    _round(cluster, clock)
+    # what a root of a release before client quotas, the controller's elections and the layout
+    # property looks like: no such tables, no throttle_time_ms in results, no property
+    spark.sql(f"ALTER TABLE delta.`{storage.path('cluster')}` UNSET TBLPROPERTIES ('{LAYOUT_PROPERTY}')")
+    for table in ("client_quotas", "elections"):
+        shutil.rmtree(storage.path(table))
+    _without_column(spark, storage.path("results"), "throttle_time_ms")
+    assert storage.layout() == 0
+
+    reopened = Cluster.open(spark, storage.root, clock=clock)
+
+    assert storage.layout() == LAYOUT
+    assert all(os.path.isdir(os.path.join(storage.path(t), "_delta_log")) for t in ("client_quotas", "elections"))
+    assert "throttle_time_ms" in storage.read("results").columns
+    assert storage.upgrade() == {}  # once: nothing is left to add
+    second = reopened.produce("orders", [{"value": "c", "partition": 0}], acks="all")
+    _round(reopened, clock)
+    results = {r["request_id"]: (r["status"], r["throttle_time_ms"]) for r in reopened.produce_results().collect()}
+    assert results == {first: ("acked", 0), second: ("acked", 0)}
+    old_rows = storage.read("results").filter(F.col("request_id") == first).select("throttle_time_ms").collect()
+    assert [r[0] for r in old_rows] == [None, None]  # one per partition, written before the column: null, which the view reads as 0
+    assert _committed_values(reopened) == ["a", "b", "c"]
+    assert reopened.describe_client_quotas() == [] and reopened.elections().count() == 0
+
+
+def test_upgrade_reports_what_it_added_and_a_current_root_is_checked_by_its_files_only(spark, new_cluster):
+    storage = new_cluster().storage
+    spark.sql(f"ALTER TABLE delta.`{storage.path('cluster')}` SET TBLPROPERTIES ('{LAYOUT_PROPERTY}' = '0')")
+    shutil.rmtree(storage.path("lease"))
+    _without_column(spark, storage.path("rounds"), "throttled_requests")
+    _without_column(spark, storage.path("brokers"), "decommissioned")
+
+    assert storage.upgrade() == {"lease": ["<table>"], "rounds": ["throttled_requests"],
+                                 "brokers": ["decommissioned"]}
+    assert storage.layout() == LAYOUT
+
+    # at LAYOUT, a missing table that a later release added is still made again (a file check),
+    # but no table's Delta log is read for its columns
+    shutil.rmtree(storage.path("lease"))
+    _without_column(spark, storage.path("rounds"), "throttled_requests")
+    assert storage.upgrade() == {"lease": ["<table>"]}
+    assert "throttled_requests" not in storage.read("rounds").columns
+
+
+def test_open_without_views_leaves_the_session_catalog_alone(spark, new_cluster):
+    """The command line opens a root without the replog.* views (Cluster.open(views=False)); the
+    API's default registers them for the root opened."""
+    cluster = new_cluster()
+    cluster.create_topic("orders", partitions=3, replication_factor=2)
+    spark.sql("DROP VIEW IF EXISTS replog.partitions")
+
+    Cluster.open(spark, cluster.storage.root, views=False)
+    assert not spark.catalog.tableExists("replog.partitions")
+
+    Cluster.open(spark, cluster.storage.root)
+    assert spark.sql("SELECT count(*) AS n FROM replog.partitions WHERE topic = 'orders'").first()["n"] == 3
