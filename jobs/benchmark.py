@@ -66,6 +66,15 @@ the median of those 100, the driver JVM's RSS and the files in the tables' snaps
 `_delta_log` directories. Writes benchmarks/endurance.json every 100 rounds.
 
     .venv/bin/python jobs/benchmark.py --scenario endurance --partitions 100 --rounds 10000 --changed 100
+
+Scenario `cli` (the `replog` command line's start): each command is its own process, a JVM and a
+Spark session of its own, as an operator types it. A root is made with the command line itself
+(cluster --create, topics --create with P partitions, produce of 100 lines, run --until-committed,
+each timed once); then each command below runs R times (`--rounds`), interleaved, with nothing
+else running in this process (no Spark session here). Reported: the median, lowest and highest
+wall seconds of each. Writes benchmarks/cli.json.
+
+    .venv/bin/python jobs/benchmark.py --scenario cli --partitions 100 --rounds 5
 """
 
 from __future__ import annotations
@@ -77,6 +86,8 @@ import platform
 import random
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -352,9 +363,6 @@ JOB_WARM_UP_ROUNDS = 3
 
 
 def freshness(spark, partitions: int, rate: int, seconds: int, seed: int, poll_pause: float = 0.0) -> dict:
-    import subprocess
-    import sys
-
     rng = random.Random(seed)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     workdir = tempfile.mkdtemp(prefix="bench-freshness-")
@@ -707,6 +715,63 @@ def throughput_table(data: dict) -> str:
             f"{rss} MB; every replica complete: {r['complete']}."])
 
 
+# the commands the cli scenario repeats: (label, arguments, lines on stdin)
+CLI_COMMANDS = [
+    ("topics --list", ["topics", "--list"], None),
+    ("topics --describe --topic bench", ["topics", "--describe", "--topic", "bench"], None),
+    ("produce --topic bench (10 lines)", ["produce", "--topic", "bench"], "".join(f"v{i}\n" for i in range(10))),
+    ("consume --topic bench --from-beginning", ["consume", "--topic", "bench", "--from-beginning"], None),
+    ("configs --describe --entity-type brokers --entity-default",
+     ["configs", "--describe", "--entity-type", "brokers", "--entity-default"], None),
+    ("consumer-groups --list", ["consumer-groups", "--list"], None),
+    ("run --rounds 1", ["run", "--rounds", "1"], None),
+]
+
+
+def _replog(root: str, args: list[str], stdin: str | None = None) -> float:
+    """Wall seconds of one `replog` command on `root`, run as its own process (it must succeed)."""
+    replog = os.path.join(os.path.dirname(sys.executable), "replog")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_GATEWAY", "SPARK_"))}
+    started = time.perf_counter()
+    done = subprocess.run([replog, *args, "--root", root], input=stdin, capture_output=True, text=True, env=env,
+                          timeout=600)
+    took = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"replog {' '.join(args)} failed: {done.stderr[-2000:]}")
+    return took
+
+
+def cli_run(partitions: int, repeats: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp:
+        root = os.path.join(tmp, "cluster")
+        setup = {
+            "cluster --create --brokers 3": _replog(root, ["cluster", "--create", "--brokers", "3"]),
+            f"topics --create --partitions {partitions} --replication-factor 3": _replog(
+                root, ["topics", "--create", "--topic", "bench", "--partitions", str(partitions),
+                       "--replication-factor", "3"]),
+            "produce --topic bench --acks all (100 lines)": _replog(
+                root, ["produce", "--topic", "bench", "--acks", "all"], "".join(f"line-{i}\n" for i in range(100))),
+            "run --until-committed": _replog(root, ["run", "--until-committed"]),
+        }
+        seconds: dict[str, list[float]] = {label: [] for label, _, _ in CLI_COMMANDS}
+        for _ in range(repeats):
+            for label, args, stdin in CLI_COMMANDS:
+                seconds[label].append(_replog(root, args, stdin))
+                print(f"{label}: {seconds[label][-1]:.2f} s", flush=True)
+    return {"partitions": partitions, "repeats": repeats, "setup_s": setup, "seconds": seconds}
+
+
+def cli_table(data: dict) -> str:
+    r = data["results"]
+    rows = [f"| `replog {label}` | {statistics.median(s):.1f} | {min(s):.1f} | {max(s):.1f} |"
+            for label, s in r["seconds"].items()]
+    once = "; ".join(f"`{label}` {s:.1f} s" for label, s in r["setup_s"].items())
+    return "\n".join([
+        f"Machine: {data['machine']}. Command: `{data['command']}`.", "",
+        f"| command ({r['partitions']} partitions, {r['repeats']} runs each) | median s | lowest | highest |",
+        "|---|---|---|---|", *rows, "", f"Making the root, once each: {once}."])
+
+
 def update_readme(path: str, text: str, scenario: str) -> None:
     mark_begin, mark_end = f"<!-- benchmark:{scenario} -->", f"<!-- /benchmark:{scenario} -->"
     with open(path) as f:
@@ -719,7 +784,7 @@ def update_readme(path: str, text: str, scenario: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", default="fetch-sessions", choices=[
-        "fetch-sessions", "throughput", "freshness", "maintenance", "produce", "endurance"])
+        "fetch-sessions", "throughput", "freshness", "maintenance", "produce", "endurance", "cli"])
     parser.add_argument("--rate", type=int, default=1000, help="freshness: records produced per second")
     parser.add_argument("--seconds", type=int, default=180, help="freshness: how long the producer runs")
     parser.add_argument("--poll-pause", type=float, default=0.0,
@@ -742,6 +807,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster-config", action="append", default=[], metavar="KEY=VALUE",
                         help="endurance: a cluster setting (repeatable), e.g. log.maintenance.interval.ms=60000")
     args = parser.parse_args(argv)
+    if args.scenario == "cli":  # subprocesses only: no session of its own beside them
+        partitions = args.partitions[0] if args.partitions else 100
+        data = {"scenario": "cli", "results": cli_run(partitions, args.rounds),
+                "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+                "command": f"jobs/benchmark.py --scenario cli --partitions {partitions} --rounds {args.rounds}"}
+        return _write(data, args.out or "benchmarks/cli.json", cli_table(data), args.readme, plotted=False)
     spark = get_spark(extra={"spark.ui.enabled": "false", **dict(c.split("=", 1) for c in args.conf)})
     machine = (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
                f"Spark {spark.version}, local[*]")

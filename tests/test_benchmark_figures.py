@@ -3,8 +3,8 @@ how many of the job's rounds a produce waited for (issue 7, target 2)."""
 
 import os
 
-from jobs.benchmark import (_job_rss_line, _waited_line, endurance_figures, endurance_windows, job_jvm_peak_rss_mb,
-                            rounds_waited)
+from jobs.benchmark import (_job_rss_line, _waited_line, cli_table, endurance_figures, endurance_windows,
+                            job_jvm_peak_rss_mb, rounds_waited)
 
 # four rounds of the job, back to back: they end at 1,500, 3,600, 5,700 and 7,800 ms
 ROUNDS = [{"now_ms": 0, "duration_ms": 1500}, {"now_ms": 1600, "duration_ms": 2000},
@@ -60,3 +60,14 @@ def test_the_endurance_ratio_is_the_last_windows_median_over_the_early_ones():
     # part way through a run: the last window has no rounds yet
     assert endurance_figures(round_s[:50], 200)["last_median_s"] is None
     assert endurance_figures(round_s[:50], 200)["ratio"] is None
+
+
+def test_the_cli_table_gives_each_commands_median_lowest_and_highest():
+    data = {"machine": "m", "command": "c", "results": {
+        "partitions": 100, "repeats": 3, "setup_s": {"cluster --create": 20.04},
+        "seconds": {"topics --list": [9.5, 12.0, 9.0], "run --rounds 1": [30.0, 40.0, 35.0]}}}
+    assert cli_table(data).splitlines() == [
+        "Machine: m. Command: `c`.", "",
+        "| command (100 partitions, 3 runs each) | median s | lowest | highest |", "|---|---|---|---|",
+        "| `replog topics --list` | 9.5 | 9.0 | 12.0 |", "| `replog run --rounds 1` | 35.0 | 30.0 | 40.0 |",
+        "", "Making the root, once each: `cluster --create` 20.0 s."]
