@@ -3,7 +3,8 @@ steps that interpret theirs inside it."""
 
 import pytest
 
-from pipeline.spark import COMPILED_EXPRESSIONS, apply_settings, per_partition_step, settings_restored
+from pipeline.spark import (COMPILED_EXPRESSIONS, apply_settings, forget_table_logs, per_partition_step,
+                            settings_restored)
 
 MODE = "spark.sql.codegen.factoryMode"
 STAGES = "spark.sql.codegen.wholeStage"
@@ -73,7 +74,6 @@ def test_the_sessions_jvm_maps_the_archive_that_setup_made(spark):
 
 
 def test_forgetting_the_table_logs_empties_deltas_cache_and_the_tables_read_and_write_as_before(spark, tmp_path):
-    from pipeline.spark import forget_table_logs
     # (cacheSize has no static forwarder on the DeltaLog class: ask its Scala object)
     delta_log = getattr(getattr(spark.sparkContext._jvm.org.apache.spark.sql.delta, "DeltaLog$"), "MODULE$")
     path = str(tmp_path / "t")
