@@ -248,8 +248,13 @@ class Soak:
         self.cluster.storage.after_commit = hook
         self.clock.advance(500)
         try:
-            self.cluster.run_round()
-            self._note(f"round (a crash after commit {after_commit} was armed; the round made {len(done)})")
+            report = self.cluster.run_round()
+            self.rounds += 1
+            self._note(f"round {report.round_id} (a crash after commit {after_commit} was armed; the round made "
+                       f"{len(done)})")
+            # a round that completed is checked like any other: the checks that compare with the last
+            # round (an election against the ISR before it, the HW) must see every round's outcome
+            self.checker.check()
         except Crash as crash:
             self._note(f"round killed {crash}")
         finally:
