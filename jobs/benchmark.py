@@ -134,6 +134,12 @@ def job_jvm_peak_rss_mb(pid: int) -> float | None:
     return process_status_mb(pid)
 
 
+def child_env() -> dict[str, str]:
+    """This process's environment without the variables that tie pyspark to its own JVM, for a
+    subprocess that starts a session of its own (spark-submit, replog)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_GATEWAY", "SPARK_"))}
+
+
 def produce_steady(cluster: Cluster, rng: random.Random, partitions: int, changed: int) -> None:
     """Steady traffic before a round: one record into each of `changed` random partitions, acks=1."""
     cluster.produce("bench", [{"value": f"v{rng.random()}", "partition": p}
@@ -369,7 +375,7 @@ def freshness(spark, partitions: int, rate: int, seconds: int, seed: int, poll_p
     root = os.path.join(workdir, "cluster")
     cluster = Cluster.create(spark, root, brokers=3)
     cluster.create_topic("fresh", partitions=partitions, replication_factor=3)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_GATEWAY", "SPARK_"))}
+    env = child_env()
     env.update({"PYTHONPATH": repo, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"})
     log = open(os.path.join(workdir, "job.log"), "w")
     job = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", "local[2]",
@@ -731,7 +737,7 @@ CLI_COMMANDS = [
 def _replog(root: str, args: list[str], stdin: str | None = None) -> float:
     """Wall seconds of one `replog` command on `root`, run as its own process (it must succeed)."""
     replog = os.path.join(os.path.dirname(sys.executable), "replog")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_GATEWAY", "SPARK_"))}
+    env = child_env()
     started = time.perf_counter()
     done = subprocess.run([replog, *args, "--root", root], input=stdin, capture_output=True, text=True, env=env,
                           timeout=600)
