@@ -540,10 +540,8 @@ class Cluster:
         path = self.storage.log_path(broker)
         if not self.storage.path_exists(f"{path}/_delta_log"):
             return "is not a Delta table"
-        try:
-            df = self.storage.read_log(broker)
-            columns = {f.name: f.dataType for f in df.schema.fields}
-            df.limit(1).collect()
+        try:  # its Delta log, loaded with no Spark job; a data file's damage fails the round that reads it
+            columns = {f.name: f.dataType for f in self.storage.schema_at(path).fields}
         except Exception as e:  # a corrupted log
             return f"cannot be read ({type(e).__name__})"
         wrong = [f.name for f in LOG_SCHEMA.fields if columns.get(f.name) != f.dataType]
@@ -573,13 +571,15 @@ class Cluster:
         current = self._lease_row()
         epoch = (current["job_epoch"] if current is not None else 0) + 1
         claim = self.spark.createDataFrame([("replication", self.holder, epoch, self.clock.now_ms())], LEASE_SCHEMA)
-        try:
-            self.storage.update_if(claim, "lease", ["lease"], only_if=f"t.job_epoch = {epoch - 1}", insert=True)
+        try:  # one row written: the claim committed, so the lease is this process's
+            claimed = self.storage.update_if(claim, "lease", ["lease"], only_if=f"t.job_epoch = {epoch - 1}",
+                                             insert=True) == 1
         except Exception as e:  # a concurrent claim committed first (Delta's concurrent-modification check)
             if not is_concurrent_conflict(e):
                 raise
-        held = self._lease_row()
-        if held is None or held["holder"] != self.holder:
+            claimed = False
+        if not claimed:
+            held = self._lease_row()
             raise ReplogError(ErrorCode.FENCED_INSTANCE_ID,
                               f"replication on {self.storage.root} is held by "
                               f"{held['holder'] if held else 'nobody'}: another process took it at the same time")

@@ -1,6 +1,7 @@
-"""Bad storage: a lost cluster table, a broker log that is not a Delta table or has a foreign
-schema, a write that fails mid-round (a full disk), a read-only log directory, and two producers
-writing the inbox at once; and how a commit conflict with another writer is told from other errors.
+"""Bad storage: a lost cluster table, a broker log that is not a Delta table, has a foreign
+schema or cannot be read, a write that fails mid-round (a full disk), a read-only log directory,
+and two producers writing the inbox at once; and how a commit conflict with another writer is told
+from other errors.
 Each fails with a clear error (KAFKA_STORAGE_ERROR where it is Kafka's failed log dir) and writes
 nothing; after the fault heals the cluster goes on with nothing lost or doubled."""
 
@@ -57,7 +58,7 @@ def test_a_lost_cluster_table_is_refused_at_open(spark, setup, tmp_path):
     assert not (copy / "cluster" / "partitions").exists()
 
 
-@pytest.mark.parametrize("damage", ["not a delta table", "foreign schema"])
+@pytest.mark.parametrize("damage", ["not a delta table", "foreign schema", "unreadable log"])
 def test_a_broken_log_of_a_running_broker_fails_the_round_and_writes_nothing(spark, setup, tmp_path, damage):
     cluster, clock = setup
     copy = tmp_path / "copy"
@@ -69,18 +70,22 @@ def test_a_broken_log_of_a_running_broker_fails_the_round_and_writes_nothing(spa
     if damage == "not a delta table":
         (copy / "brokers" / "1" / "log").mkdir()
         (copy / "brokers" / "1" / "log" / "part-0.csv").write_text("topic,partition,offset\n")
-    else:
+    elif damage == "foreign schema":
         spark.createDataFrame([("x", 1)], "name string, size int").write.format("delta").save(log)
+    else:  # a Delta log whose only commit is not JSON
+        (copy / "brokers" / "1" / "log" / "_delta_log").mkdir(parents=True)
+        (copy / "brokers" / "1" / "log" / "_delta_log" / f"{0:020d}.json").write_text("{not json\n")
     other.produce("t", [{"value": "b0", "partition": 0}], acks="all")
     before = {t: other.storage.version(t) for t in ("rounds", "partitions", "replica_state", "results")}
     with pytest.raises(ReplogError, match="log of broker 1") as err:
         other.run_round()
     assert err.value.code == "KAFKA_STORAGE_ERROR"
-    assert ("not a Delta table" if damage == "not a delta table" else "foreign schema") in str(err.value)
+    assert {"not a delta table": "is not a Delta table", "foreign schema": "has a foreign schema",
+            "unreadable log": "cannot be read"}[damage] in str(err.value)
     assert "stop_broker(1) and start_broker(1)" in str(err.value)
     assert {t: other.storage.version(t) for t in before} == before
-    if damage == "foreign schema":
-        return  # the remedy is the same for both; it runs once
+    if damage != "not a delta table":
+        return  # the remedy is the same for each; it runs once
     # what the message says heals it: broker 1 restarts empty and refetches; nothing is lost
     other.stop_broker(1)
     other.start_broker(1)
