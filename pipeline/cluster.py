@@ -409,8 +409,9 @@ class Cluster:
         when its version moved (O(entities))."""
         version = self.storage.version("client_quotas")
         if self._quotas_seen is None or self._quotas_seen[0] != version:
-            entries = {(r["user"], r["client_id"]): {k: r[k] for k in quotas.QUOTA_KEYS if r[k] is not None}
-                       for r in self.storage.read("client_quotas").collect()}
+            entries = {} if self.storage.unwritten("client_quotas", version) else {
+                (r["user"], r["client_id"]): {k: r[k] for k in quotas.QUOTA_KEYS if r[k] is not None}
+                for r in self.storage.read("client_quotas").collect()}
             self._quotas_seen = (version, entries)
         return self._quotas_seen[1]
 

@@ -55,6 +55,8 @@ class ClientSessions:
 
 def load_client_sessions(storage: Storage) -> ClientSessions:
     storage.ensure("client_sessions")
+    if storage.unwritten("client_sessions"):  # no consumer has had a session: no Spark job to say so
+        return ClientSessions([], [], [])
     rows = [r.asDict() for r in storage.read("client_sessions").collect()]  # O(consumers x leaders)
     as_session = [sessions.Session(**{k: v for k, v in r.items() if k != "kind"}) for r in rows]
     return ClientSessions(

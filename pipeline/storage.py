@@ -394,6 +394,12 @@ class Storage:
         log = getattr(jvm.org.apache.spark.sql.delta, "DeltaLog").forTable(self.spark._jsparkSession, path)
         return log.update(False, none, none)
 
+    def unwritten(self, table: str, version: int | None = None) -> bool:
+        """Whether the table has had no commit since it was made (its version, or `version` when
+        the caller has it, is 0): `_create` makes every table empty, so it holds no rows, known with
+        no Spark job."""
+        return (self.version(table) if version is None else version) == 0
+
     def schema_at(self, path: str) -> StructType:
         """The schema of the Delta table at `path`, from its log (no Spark job: a read's
         `limit(1)` ran one, ~0.3-2 s in a process's first round). Raises what Delta raises for

@@ -102,3 +102,19 @@ def test_client_quota_changes_a_user_can_get_wrong_write_nothing(spark, tmp_path
     assert cluster.describe_client_quotas() == []
     cluster.run_round()  # still usable
     assert cluster.spark.sql("SELECT count(*) FROM replog.client_quotas").first()[0] == 0
+
+
+def test_a_quota_another_process_sets_holds_back_a_job_that_started_without_quotas(spark, tmp_path):
+    """A job that started on a root with no quota set (its client_quotas table never written: read
+    as empty with no Spark job) throttles from its next round once another process sets one."""
+    clock = ManualClock(start_ms=0)
+    root = str(tmp_path / "c")
+    job = Cluster.create(spark, root, brokers=1, clock=clock, config={"quota.window.num": 2})
+    job.create_topic("t", partitions=1, replication_factor=1)
+    assert job.storage.unwritten("client_quotas")
+    assert job.run_round().throttled_requests == 0
+    Cluster.open(spark, root, clock=clock).alter_configs("clients", "loader", set={"producer_byte_rate": 1000})
+    assert not job.storage.unwritten("client_quotas")
+    loader = [job.produce("t", [{"value": "x" * KB}], acks=1, client_id="loader") for _ in range(6)]
+    assert job.run_round().throttled_requests == 4
+    assert [s for s, _, _ in _results(job, loader)] == ["acked"] * 2 + ["throttled"] * 4
