@@ -55,7 +55,7 @@ def standalone(tmp_path):
         while True:
             try:
                 alive = [w for w in master_state(ui)["workers"] if w["state"] == "ALIVE"]
-            except OSError:
+            except (OSError, ValueError):  # not up yet; or its web server up before the JSON page (an HTML answer)
                 alive = []
             if len(alive) == 2:
                 break
