@@ -1077,11 +1077,12 @@ def _follow_up_fetch(replicas: DataFrame, followers: DataFrame, followers_after:
     updates their fetch state (Replica.updateFetchState), recomputes the HW, and its response
     carries the new HW (in a session, the partition is in the incremental response when the HW
     changed), so the follower sets its HW to min(leader HW, own LEO). A follower that received no
-    records sends nothing more this round (Kafka's leader holds such a fetch until
+    records from a leader sends it nothing more this round (Kafka's leader holds such a fetch until
     replica.fetch.wait.max.ms), and learns a new HW in the next round.
 
     Returns (followers after the round, the leaders' HW after it, the follow-up rows: broker,
-    leader, topic, partition, fetch_kind, request_session_id, hw_changed)."""
+    leader, topic, partition, fetch_kind, request_session_id, requested: true, responded: the HW
+    moved). Its response's records are _follow_up_response's."""
     received = followers_after.filter(F.col("records_received") > 0)
     fetched = rules.update_follower_fetch_state(received.withColumn("fetch_offset", F.col("log_end_offset")), now)
     updated = ["fetch_offset", "last_caught_up_time_ms", "last_fetch_leader_leo", "last_fetch_time_ms"]
@@ -1113,8 +1114,78 @@ def _follow_up_fetch(replicas: DataFrame, followers: DataFrame, followers_after:
         .drop("_hw2")
     ).localCheckpoint()
     follow_ups = after.filter("followed_up").select(
-        "broker", "leader", *PARTITION_KEY, "fetch_kind", "request_session_id", F.col("_hw_moved").alias("hw_changed"))
+        "broker", "leader", *PARTITION_KEY, "fetch_kind", "request_session_id", F.lit(True).alias("requested"),
+        F.col("_hw_moved").alias("responded"))
     return after.drop("followed_up", "_hw_moved"), hw_after, follow_ups
+
+
+def _follow_up_response(followers_after: DataFrame, follow_ups: DataFrame, response: DataFrame,
+                        records: DataFrame) -> DataFrame | None:
+    """The records the follow-up fetch's response carries (None: none). The follow-up is the next
+    request of each (follower, leader) pair that received records, so it asks for every partition
+    of the pair the follower fetched this round and is still behind on: from its new fetch offset,
+    with the same limits, the partitions that returned records in the first response at the back
+    (their `last_data_round` is this round's), and a replication quota's budget less what the
+    first responses drew on it. `records`: the leader log rows the first response was read from
+    (this round's appends and the older records of lagging followers), which hold every offset
+    the follow-up can ask for. A round whose first responses took everything runs one Spark job
+    here and no more."""
+    pairs = follow_ups.select("broker", "leader").distinct()
+    behind = (followers_after.join(pairs, on=["broker", "leader"], how="left_semi")
+              .filter(F.col("log_end_offset") < F.col("leader_leo")))
+    if behind.limit(1).count() == 0:
+        return None
+    quota = ["leader_throttled", "follower_throttled", "leader_budget", "follower_budget"] \
+        if "leader_throttled" in followers_after.columns else []
+    request = behind.select("broker", "leader", *PARTITION_KEY, "fetch_offset", "partition_max_bytes",
+                            "response_max_bytes", F.col("last_data_round").alias("fetch_order"), *quota)
+    if quota:  # the budgets are the round's, shared with the first responses
+        drawn = response.select("leader", "broker", "leader_throttled", "follower_throttled",
+                                rules.record_size(F.col("key"), F.col("value")).alias("_size"))
+        for side, by in (("leader", "leader"), ("follower", "broker")):
+            used = drawn.filter(F.col(f"{side}_throttled")).groupBy(by).agg(F.sum("_size").alias("_used"))
+            request = (request.join(F.broadcast(used), on=by, how="left")
+                       .withColumn(f"{side}_budget", F.col(f"{side}_budget") - F.coalesce(F.col("_used"), F.lit(0)))
+                       .drop("_used"))
+    return rules.fetch_response_records(request, records).localCheckpoint()
+
+
+@per_partition_step
+def _after_follow_up_response(followers_after: DataFrame, follow_ups: DataFrame, more: DataFrame,
+                              round_id: int) -> tuple[DataFrame, DataFrame]:
+    """Followers after appending the follow-up's records: the LEO past the last record, the HW
+    min(the leader's HW in the response, the new LEO), and the session's cached HW for a partition
+    in the response. The leader learns the new LEO from the next round's fetch. Also the follow-up
+    rows with `responded` where the response carried records (a partition of the pair the
+    follow-up request did not carry, as its fetch offset had not moved, is in the response only)."""
+    got = more.groupBy("broker", *PARTITION_KEY).agg(F.count(F.lit(1)).alias("_n2"),
+                                                    F.max("offset").alias("_last2"))
+    received = F.col("_n2").isNotNull()
+    leo = F.when(received, F.greatest(F.col("log_end_offset"), F.col("_last2") + 1)).otherwise(F.col("log_end_offset"))
+    in_session = F.col("session_id") != sessions.INVALID_SESSION_ID
+    after = (
+        followers_after.join(got, on=REPLICA_KEY, how="left")
+        .withColumns({
+            "log_end_offset": leo,
+            "high_watermark": F.when(received, F.least(F.col("_leader_hw"), leo)).otherwise(F.col("high_watermark")),
+            "session_high_watermark": F.when(received & in_session, F.col("_leader_hw"))
+            .otherwise(F.col("session_high_watermark")),
+            "records_received": F.col("records_received") + F.coalesce(F.col("_n2"), F.lit(0)),
+            "last_data_round": F.when(received, F.lit(round_id).cast("long")).otherwise(F.col("last_data_round")),
+            "moved": F.col("moved") | received})
+        .withColumn("is_settled", _settled("leader_leo", "_leader_hw"))
+        .drop("_n2", "_last2")
+    ).localCheckpoint()
+    carried = got.select(*REPLICA_KEY, F.lit(True).alias("_got"))
+    rows = (
+        follow_ups.join(carried, on=REPLICA_KEY, how="left")
+        .withColumn("responded", F.col("responded") | F.coalesce(F.col("_got"), F.lit(False))).drop("_got")
+        .unionByName(
+            after.join(carried, on=REPLICA_KEY, how="left_semi").join(follow_ups, on=REPLICA_KEY, how="left_anti")
+            .select("broker", "leader", *PARTITION_KEY, "fetch_kind", "request_session_id",
+                    F.lit(False).alias("requested"), F.lit(True).alias("responded")))
+    ).localCheckpoint()
+    return after, rows
 
 
 def _settled(leader_leo: str, leader_hw: str) -> Any:
@@ -1366,11 +1437,16 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     old = _old_leader_records(storage, fetching.filter(F.col("fetch_offset") < F.col("leader_leo_before")),
                               _serving_brokers(inputs))
     source = appended.select(*LOG_SCHEMA.fieldNames(), "broker")
+    source = source if old is None else source.unionByName(old)
     response = rules.fetch_response_records(fetching.withColumnRenamed("last_data_round", "fetch_order"),
-                                            source if old is None else source.unionByName(old)).localCheckpoint()
+                                            source).localCheckpoint()
     followers_after = _followers_after(fetching, response, hw, replicas, round_id)
     followers_after, hw, follow_ups = _follow_up_fetch(                             # 3-4 again: follow-up
         replicas, followers, followers_after, isr_changed, hw, now, (inputs.controller or {}).get("down") or [])
+    more = _follow_up_response(followers_after, follow_ups, response, source)
+    if more is not None:  # the follow-up's response carried records too
+        followers_after, follow_ups = _after_follow_up_response(followers_after, follow_ups, more, round_id)
+        response = response.unionByName(more)
 
     partitions_now = _with_isr(meta, isr_changed).join(hw, on=PARTITION_KEY, how="left")   # 6. acks
     new_leaders = None if elections is None else \
@@ -1490,8 +1566,8 @@ def _follow_up_rows(fetching: DataFrame, follow_ups: DataFrame) -> list[DataFram
             .select(F.lit(1).alias("follow_up_requested"), F.lit(1).alias("follow_up_responded")))
     incremental = follow_ups.filter(in_session)
     return [full,
-            incremental.select(F.lit(1).alias("follow_up_requested"),
-                               F.when(F.col("hw_changed"), F.lit(1)).alias("follow_up_responded"),
+            incremental.select(F.when(F.col("requested"), F.lit(1)).alias("follow_up_requested"),
+                               F.when(F.col("responded"), F.lit(1)).alias("follow_up_responded"),
                                F.col("request_session_id").alias("followed_up_session"))]
 
 

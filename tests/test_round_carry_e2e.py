@@ -264,9 +264,9 @@ def test_a_bulk_round_shuffles_over_more_partitions_and_compiles_its_expressions
     assert round_module.shuffle_partitions_for(10, 8) == 8  # never below the session's own
     monkeypatch.setattr(round_module, "BULK_ROWS_PER_SHUFFLE_PARTITION", 5)
     monkeypatch.setattr(round_module, "BULK_ROWS_FOR_CODEGEN", 10)
-    # a response limit of 240 bytes (about 10 of these records): broker 1, which follows two
-    # partitions of broker 0, is still behind after the first round
-    cluster = new_cluster(brokers=2, config={"replica.fetch.response.max.bytes": 240})
+    # a response limit of 120 bytes (about 5 of these records, 10 in a round's fetch and its
+    # follow-up): broker 1, which follows two partitions of broker 0, is still behind after the first round
+    cluster = new_cluster(brokers=2, config={"replica.fetch.response.max.bytes": 120})
     cluster.create_topic("t", partitions=3, replication_factor=2)
     keys = ("spark.sql.shuffle.partitions", "spark.sql.codegen.factoryMode", BROADCAST_SMALL_SIDES)
     seen = {}  # round id: the settings while the round commits its appends
@@ -303,8 +303,11 @@ def test_a_bulk_round_shuffles_over_more_partitions_and_compiles_its_expressions
     assert seen == {first[0].round_id: [(str(max(int(configured[0]), 4)), "FALLBACK", "true")] * 2,
                     first[1].round_id: [(configured[0], "FALLBACK", "true")] * 2}
     assert tuple(spark.conf.get(k, None) for k in keys) == configured
-    # each active round: the HW after the fetch, the response, the HW after the follow-up fetch
-    assert modes[:6] == [("hw", "NO_CODEGEN"), ("response", "FALLBACK"), ("hw", "NO_CODEGEN")] * 2
+    # each active round: the HW after the fetch, the response, the HW after the follow-up fetch,
+    # and in the first, whose follow-up found broker 1 still behind, the follow-up's response
+    assert modes[:7] == [("hw", "NO_CODEGEN"), ("response", "FALLBACK"), ("hw", "NO_CODEGEN"),
+                         ("response", "FALLBACK")] + [("hw", "NO_CODEGEN"), ("response", "FALLBACK"),
+                                                      ("hw", "NO_CODEGEN")]
     cluster.produce("t", [{"value": "w", "partition": 0}], acks="all")
     seen.clear()
     modes.clear()
