@@ -208,3 +208,38 @@ def test_a_replayed_fetch_gets_invalid_fetch_session_epoch_and_a_new_session_los
     assert sorted((r["partition"], r["high_watermark"]) for r in cluster.describe("t").collect()) == \
         [(0, 2), (1, 1), (2, 0)]
     assert set(r["status"] for r in cluster.produce_results().collect()) == {"acked"}
+
+
+def test_the_follow_up_fetch_carries_what_the_first_response_had_no_room_for_and_the_hw_moves_over_the_first(
+        spark, tmp_path, clock):
+    size = 21 + 10
+    cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=2, clock=clock,
+                             config={"replica.fetch.response.max.bytes": 5 * size})
+    cluster.create_topic("t", partitions=4, replication_factor=2)
+    first = rounds(cluster, clock, 2)[-1]  # sessions opened: the second round's fetches are incremental
+    a, b = sorted(r["partition"] for r in cluster.describe("t").collect() if r["leader"] == 0)[:2]
+    request = cluster.produce("t", [{"value": f"{p}{i:09d}", "partition": p} for p in (a, b) for i in range(5)]
+                              + [{"value": f"{a}{i:09d}", "partition": a} for i in range(5, 7)], acks="all")
+    one = rounds(cluster, clock, 1)[0]
+    # the fetch takes five of a's seven records (the response's limit); the follow-up fetch, at a's
+    # new offset 5, moves a's HW to 5 and carries b's five records, ahead of a's last two (a
+    # returned records, so it goes to the back); b's HW waits for the follower's next fetch
+    assert one.records_replicated == 10
+    follower = {r["partition"]: (r["log_end_offset"], r["high_watermark"])
+                for r in cluster.replicas("t").collect() if not r["is_leader"] and r["partition"] in (a, b)}
+    assert follower == {a: (5, 5), b: (5, 0)}
+    assert {r["partition"]: r["high_watermark"] for r in cluster.describe("t").collect() if r["partition"] in (a, b)} \
+        == {a: 5, b: 0}
+    assert cluster.read("t").filter(F.col("partition").isin(a, b)).count() == 5  # committed: a's first five
+    assert cluster.produce_results().filter(F.col("request_id") == request).first()["status"] == "pending"
+    # the fetch's incremental request carries no partition (nothing changed on the follower) and
+    # its response a (records); the follow-up's request a (its fetch offset moved), its response a
+    # (the HW moved) and b (records)
+    assert counts(first) == (0, 0) and counts(one) == (1, 3)
+    two = rounds(cluster, clock, 1)[0]
+    assert two.records_replicated == 2
+    assert cluster.produce_results().filter(F.col("request_id") == request).first()["status"] == "acked"
+    assert {r["partition"]: r["high_watermark"] for r in cluster.describe("t").collect() if r["partition"] in (a, b)} \
+        == {a: 7, b: 5}
+    assert_replicated_once(cluster, "t", [f"{p}{i:09d}".encode() for p in (a, b) for i in range(5)]
+                           + [f"{a}{i:09d}".encode() for i in range(5, 7)])
