@@ -1120,7 +1120,7 @@ def _follow_up_fetch(replicas: DataFrame, followers: DataFrame, followers_after:
 
 
 def _follow_up_response(followers_after: DataFrame, follow_ups: DataFrame, response: DataFrame,
-                        records: DataFrame) -> DataFrame | None:
+                        records: DataFrame, slowed: list[int]) -> DataFrame | None:
     """The records the follow-up fetch's response carries (None: none). The follow-up is the next
     request of each (follower, leader) pair that received records, so it asks for every partition
     of the pair the follower fetched this round and is still behind on: from its new fetch offset,
@@ -1128,9 +1128,10 @@ def _follow_up_response(followers_after: DataFrame, follow_ups: DataFrame, respo
     (their `last_data_round` is this round's), and a replication quota's budget less what the
     first responses drew on it. `records`: the leader log rows the first response was read from
     (this round's appends and the older records of lagging followers), which hold every offset
-    the follow-up can ask for. A round whose first responses took everything runs one Spark job
-    here and no more."""
-    pairs = follow_ups.select("broker", "leader").distinct()
+    the follow-up can ask for. `slowed`: brokers whose fetcher Cluster.throttle_fetcher holds to
+    its bytes per partition per round, which the first response spent: their follow-ups carry no
+    records. A round whose first responses took everything runs one Spark job here and no more."""
+    pairs = follow_ups.filter(~F.col("broker").isin(*slowed)).select("broker", "leader").distinct()
     behind = (followers_after.join(pairs, on=["broker", "leader"], how="left_semi")
               .filter(F.col("log_end_offset") < F.col("leader_leo")))
     if behind.limit(1).count() == 0:
@@ -1443,7 +1444,8 @@ def _run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry
     followers_after = _followers_after(fetching, response, hw, replicas, round_id)
     followers_after, hw, follow_ups = _follow_up_fetch(                             # 3-4 again: follow-up
         replicas, followers, followers_after, isr_changed, hw, now, (inputs.controller or {}).get("down") or [])
-    more = _follow_up_response(followers_after, follow_ups, response, source)
+    more = _follow_up_response(followers_after, follow_ups, response, source,
+                               sorted(b for b, limit in inputs.throttles.items() if limit))
     if more is not None:  # the follow-up's response carried records too
         followers_after, follow_ups = _after_follow_up_response(followers_after, follow_ups, more, round_id)
         response = response.unionByName(more)
