@@ -1,7 +1,8 @@
 """Orchestration: one fetch round (DESIGN.md "One round, in order"), the function the streaming
 job's foreachBatch calls. Pins its inputs once, applies the rules, commits O(brokers) times. Unlike
 DESIGN.md's round, a follower that received records fetches again in the same round
-(_follow_up_fetch), so the HW moves over what the round appended (README, "The API").
+(_follow_up_fetch), so the HW moves over what the round appended, and that fetch's response
+carries the records the first had no room for (_follow_up_response; README, "The API").
 
 Every step's output is pinned with an eager localCheckpoint, not cache(): a cached DataFrame keeps
 its whole lineage, so each later step re-analyses and re-plans every earlier one and the round's
