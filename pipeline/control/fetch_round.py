@@ -1,0 +1,319 @@
+"""One fetch round's rules over a bucket of partitions (DESIGN.md, "Round v2", 3), pure: the
+partition state and the inbox summary of the bucket in, each partition's state after the round
+with its produce results, its fetches and its figures out (Arrow tables, as the control job's
+`applyInArrow` passes them).
+
+In order, per partition, as Kafka's leader and fetcher threads do it:
+1. leader append: the checks that refuse a request, then base offsets from the leader's LEO;
+2. each follower's fetch at its LEO: the leader's fetch state (Replica.updateFetchState), ISR
+   expansion at the fetch, the HW; the response within the fetch limits, followers append;
+3. the follow-up fetch of every follower whose response carried records (its fetcher fetches again
+   at once), which proves what it wrote: fetch state, expansion, HW again, and a response with
+   what the first had no room for;
+4. ISR shrink, judged on each replica's state after the round's fetches, and the HW after it;
+5. acks against that HW.
+A follower behind the leader's LEO before the round (lagging) reads a range of the leader's log
+instead of this round's batch: its fetch is listed with `from_batch` false for the data plane."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from pipeline.control import acks as acks_rule
+from pipeline.control.fetch_response import batches_taken
+from pipeline.control.leader_append import assign_base_offsets, produce_error
+from pipeline.control.partition import maybe_expand_isr, maybe_increment_leader_hw, out_of_sync_replicas
+from pipeline.control.replica import FetchState, is_caught_up, update_fetch_state
+from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REPLICA_ARRAYS, as_lists, padded
+
+__all__ = ["RoundContext", "fetch_round"]
+
+_NOBODY = -1  # the broker of a padding column
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """The driver's O(brokers) inputs to the rules: the round, its time, the brokers whose fetchers
+    run (live, not paused) and those that may not be in an ISR (stopped or fenced), the fetch limits."""
+
+    round_id: int
+    now_ms: int
+    fetching_brokers: tuple[int, ...]
+    ineligible_brokers: tuple[int, ...] = ()
+    partition_max_bytes: int = 1_048_576  # replica.fetch.max.bytes
+    response_max_bytes: int = 10_485_760  # replica.fetch.response.max.bytes
+
+
+def _np(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).to_numpy(zero_copy_only=False)
+
+
+def _keys(table: pa.Table) -> pa.Array:
+    partition = pc.fill_null(pc.cast(table.column("partition"), pa.string()), "?")
+    return pc.binary_join_element_wise(table.column("topic"), partition, "\x00")
+
+
+class _Partitions:
+    """The bucket's partition rows as the rules' matrices."""
+
+    def __init__(self, state: pa.Table) -> None:
+        self.table = state
+        self.rf = state.column("replicas").combine_chunks().value_lengths().to_numpy(zero_copy_only=False) \
+            if state.num_rows else np.zeros(0, dtype=np.int32)
+        width = max(int(self.rf.max()) if len(self.rf) else 1, 1)
+        self.brokers = padded(state.column("replicas"), width, _NOBODY, np.int32)
+        self.exists = np.arange(width)[None, :] < self.rf[:, None]
+        isr = state.column("isr")
+        isr_width = max(int(pc.max(pc.list_value_length(isr)).as_py() or 1), 1) if state.num_rows else 1
+        members = padded(isr, isr_width, -2, np.int32)
+        self.in_isr = (self.brokers[:, :, None] == members[:, None, :]).any(axis=2) & self.exists
+        self.leader = _np(state, "leader").astype(np.int32)
+        self.is_leader = (self.brokers == self.leader[:, None]) & self.exists
+        self.arrays = {name: padded(state.column(name), width, 0, np.int64) for name in REPLICA_ARRAYS}
+        self.high_watermark = _np(state, "high_watermark").astype(np.int64)
+        self.min_isr = _np(state, "min_isr").astype(np.int64)
+        self.lag = _np(state, "lag_time_max_ms").astype(np.int64)
+        self.epoch_start = _np(state, "leader_epoch_start_offset").astype(np.int64)
+        leo = self.arrays["log_end_offset"]
+        self.leader_leo = np.where(self.is_leader, leo, 0).sum(axis=1)
+
+    def fetch_state(self) -> FetchState:
+        return FetchState(self.arrays["last_fetch_time_ms"], self.arrays["last_fetch_leader_leo"],
+                          self.arrays["last_caught_up_time_ms"])
+
+    def high_watermark_after(self, hw: np.ndarray, leader_leo: np.ndarray, ctx: RoundContext) -> np.ndarray:
+        """maybeIncrementLeaderHW with the replicas' current fetch state."""
+        fetch_offset = self.arrays["fetch_offset"]
+        eligible = ~np.isin(self.brokers, ctx.ineligible_brokers) & ~self.is_leader
+        may_join = eligible & is_caught_up(fetch_offset, leader_leo[:, None], self.arrays["last_caught_up_time_ms"],
+                                           ctx.now_ms, self.lag[:, None])
+        replica_leo = np.where(self.is_leader, leader_leo[:, None], fetch_offset)
+        return maybe_increment_leader_hw(hw, replica_leo, self.exists, self.is_leader, self.in_isr, may_join,
+                                         self.min_isr)
+
+    def fetch(self, fetched: np.ndarray, fetch_offset: np.ndarray, leader_leo: np.ndarray, hw: np.ndarray,
+              ctx: RoundContext) -> np.ndarray:
+        """A fetch by the `fetched` followers at `fetch_offset`: their fetch state, and the joiners
+        the leader adds to the ISR at it (returned)."""
+        after = update_fetch_state(self.fetch_state(), fetch_offset, leader_leo[:, None], ctx.now_ms, fetched)
+        self.arrays.update(last_fetch_time_ms=after.last_fetch_time_ms,
+                           last_fetch_leader_leo=after.last_fetch_leader_leo,
+                           last_caught_up_time_ms=after.last_caught_up_time_ms,
+                           fetch_offset=np.where(fetched, fetch_offset, self.arrays["fetch_offset"]))
+        joiners = maybe_expand_isr(self.in_isr, fetched, self.arrays["fetch_offset"], hw, self.epoch_start)
+        self.in_isr = self.in_isr | joiners
+        return joiners
+
+
+class _Appends:
+    """The bucket's requests, in append order per partition, with the leader's checks applied."""
+
+    def __init__(self, requests: pa.Table, parts: _Partitions) -> None:
+        index = pc.index_in(_keys(requests), value_set=_keys(parts.table)).fill_null(-1) \
+            .to_numpy(zero_copy_only=False).astype(np.int64) if requests.num_rows else np.zeros(0, dtype=np.int64)
+        keyed = requests.append_column("_index", pa.array(index, type=pa.int64()))
+        order = pc.sort_indices(keyed, sort_keys=[("_index", "ascending"), ("append_order", "ascending"),
+                                                  ("request_id", "ascending")]).to_numpy()
+        self.table = requests.take(pa.array(order, type=pa.int64()))
+        self.index = index[order]
+        self.known = self.index >= 0
+        at = np.where(self.known, self.index, 0)
+        self.at = at
+        self.count = _np(self.table, "record_count").astype(np.int64)
+        self.bytes = _np(self.table, "bytes").astype(np.int64)
+        self.acks = _np(self.table, "acks").astype(np.int64)
+        pending = _np(self.table, "is_pending").astype(bool)
+        isr_size = parts.in_isr.sum(axis=1)
+        leader = parts.leader[at] if len(parts.leader) else np.zeros(len(at), dtype=np.int32)
+        error = produce_error(self.known, leader, self.acks, isr_size[at] if len(isr_size) else at,
+                              parts.min_isr[at] if len(parts.min_isr) else at,
+                              _np(self.table, "record_error").astype(object))
+        self.error = np.where(pending, None, error).astype(object)
+        self.accepted = ~pending & (self.error == None)  # noqa: E711 (element-wise)
+        base, self.leader_leo = assign_base_offsets(at, self.count, self.accepted, parts.leader_leo)
+        self.base = np.where(pending, np.nan_to_num(_np(self.table, "base_offset").astype(float), nan=-1), base) \
+            .astype(np.int64)
+        self.last = np.where(pending, np.nan_to_num(_np(self.table, "last_offset").astype(float), nan=-1),
+                             base + self.count - 1).astype(np.int64)
+        # this round's batches per partition: the accepted requests, contiguous from the old LEO
+        batch = np.flatnonzero(self.accepted)
+        self.batch_partition, self.batch_count, self.batch_bytes = at[batch], self.count[batch], self.bytes[batch]
+        n = len(parts.leader)
+        self.batches_of = np.bincount(self.batch_partition, minlength=n) if n else np.zeros(0, dtype=np.int64)
+        self.first_batch = np.cumsum(self.batches_of) - self.batches_of
+
+
+def _respond(parts: _Partitions, appends: _Appends, fetched: np.ndarray, skip: np.ndarray,
+             ctx: RoundContext) -> tuple[np.ndarray, np.ndarray]:
+    """One fetch's responses to the `fetched` followers (each pair of follower and leader one
+    request), of this round's batches after the `skip` first of each partition. Returns the records
+    and batches each (partition, follower) received."""
+    rows, cols = np.nonzero(fetched)
+    received = np.zeros(fetched.shape, dtype=np.int64)
+    taken_batches = np.zeros(fetched.shape, dtype=np.int64)
+    if len(rows) == 0:
+        return received, taken_batches
+    pair = parts.brokers[rows, cols].astype(np.int64) * 2**32 + parts.leader[rows].astype(np.int64)
+    # Kafka's fetcher moves partitions that returned data to the back: the request's order is the
+    # last round each partition returned data, then the partition (rows are sorted by it)
+    order = np.lexsort((rows, parts.arrays["last_data_round"][rows, cols], pair))
+    rows, cols, pair = rows[order], cols[order], pair[order]
+    request = np.unique(pair, return_inverse=True)[1]
+    available = np.maximum(appends.batches_of[rows] - skip[rows, cols], 0)
+    fetch_of_batch = np.repeat(np.arange(len(rows)), available)
+    within = np.arange(len(fetch_of_batch)) - np.repeat(np.cumsum(available) - available, available)
+    batch = appends.first_batch[rows][fetch_of_batch] + skip[rows, cols][fetch_of_batch] + within
+    taken = batches_taken(request, np.full(len(rows), ctx.partition_max_bytes), fetch_of_batch,
+                          appends.batch_bytes[batch], ctx.response_max_bytes)
+    np.add.at(received, (rows[fetch_of_batch[taken]], cols[fetch_of_batch[taken]]), appends.batch_count[batch[taken]])
+    np.add.at(taken_batches, (rows[fetch_of_batch[taken]], cols[fetch_of_batch[taken]]), 1)
+    return received, taken_batches
+
+
+def fetch_round(state: pa.Table, requests: pa.Table, ctx: RoundContext) -> pa.Table:
+    """The bucket's partitions after the round (CONTROL_OUTPUT_SCHEMA)."""
+    state = state.sort_by([("topic", "ascending"), ("partition", "ascending")])
+    parts = _Partitions(state)
+    appends = _Appends(requests, parts)
+    leo_new = appends.leader_leo
+    serving = parts.is_leader.any(axis=1) & ~np.isin(parts.leader, ctx.ineligible_brokers)
+    followers = parts.exists & ~parts.is_leader & np.isin(parts.brokers, ctx.fetching_brokers) & serving[:, None]
+    own_leo = parts.arrays["log_end_offset"]
+    # a follower past the leader's LEO diverges and truncates first (not in this step's scope)
+    fetched = followers & (own_leo <= parts.leader_leo[:, None])
+    lagging = fetched & (own_leo < parts.leader_leo[:, None])
+
+    hw = parts.high_watermark
+    joined_first = parts.fetch(fetched, own_leo, leo_new, hw, ctx)                      # 2. fetch
+    hw = parts.high_watermark_after(hw, leo_new, ctx)
+    zero = np.zeros(fetched.shape, dtype=np.int64)
+    first, first_batches = _respond(parts, appends, fetched & ~lagging, zero, ctx)
+    leo_after = own_leo + first
+    got = first > 0
+    replica_hw = np.where(fetched, np.minimum(hw[:, None], leo_after), parts.arrays["replica_high_watermark"])
+    last_data_round = np.where(got, ctx.round_id, parts.arrays["last_data_round"])
+    parts.arrays["last_data_round"] = last_data_round
+    # 3. the follow-up: every follower whose response carried records fetches again at once
+    pair = parts.brokers.astype(np.int64) * 2**32 + parts.leader[:, None].astype(np.int64)
+    follow = fetched & np.isin(pair, pair[got])
+    joined_again = parts.fetch(follow, leo_after, leo_new, hw, ctx)
+    hw = parts.high_watermark_after(hw, leo_new, ctx)
+    more, _ = _respond(parts, appends, follow & ~lagging, first_batches, ctx)
+    leo_after = leo_after + more
+    replica_hw = np.where(follow, np.minimum(hw[:, None], leo_after), replica_hw)
+    parts.arrays["last_data_round"] = np.where(more > 0, ctx.round_id, last_data_round)
+    # 4. shrink, on the state after every fetch of the round; the HW the smaller ISR allows
+    shrunk = out_of_sync_replicas(parts.in_isr, parts.is_leader, parts.arrays["fetch_offset"], leo_new,
+                                  parts.arrays["last_caught_up_time_ms"], ctx.now_ms, parts.lag)
+    parts.in_isr = parts.in_isr & ~shrunk
+    hw = parts.high_watermark_after(hw, leo_new, ctx)
+    parts.arrays["log_end_offset"] = np.where(parts.is_leader, leo_new[:, None], leo_after)
+    parts.arrays["fetch_offset"] = np.where(parts.is_leader, leo_new[:, None], parts.arrays["fetch_offset"])
+    parts.arrays["replica_high_watermark"] = np.where(parts.is_leader, hw[:, None], replica_hw)
+    changes = joined_first.any(axis=1).astype(int) + joined_again.any(axis=1) + shrunk.any(axis=1)
+    return _output(state, parts, appends, hw, changes, (joined_first | joined_again, shrunk),
+                   (own_leo, leo_after, lagging, fetched), ctx)
+
+
+def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarray, changes: np.ndarray,
+            isr_moves: tuple, fetch: tuple, ctx: RoundContext) -> pa.Table:
+    joined, shrunk = isr_moves
+    own_leo, leo_after, lagging, fetched = fetch
+    n = state.num_rows
+    isr_size = parts.in_isr.sum(axis=1)
+    status, code = acks_rule.request_status(appends.error, appends.acks, appends.last, hw[appends.at],
+                                            isr_size[appends.at] if n else appends.at,
+                                            parts.min_isr[appends.at] if n else appends.at)
+    offsets = appends.accepted | _np(appends.table, "is_pending").astype(bool)
+    results = pa.StructArray.from_arrays(
+        [appends.table.column("request_id").combine_chunks(),
+         pa.array(np.where(offsets, appends.base, None), type=pa.int64()),
+         pa.array(np.where(offsets, appends.last, None), type=pa.int64()),
+         pa.array(appends.count, type=pa.int64()), pa.array(appends.acks, type=pa.int32()),
+         pa.array(status, type=pa.string()), pa.array(code, type=pa.string())],
+        fields=list(CONTROL_OUTPUT_SCHEMA_ARROW.field("results").type.value_type))
+    known = appends.known
+    per_partition = np.bincount(appends.index[known], minlength=n) if n else np.zeros(0, dtype=np.int64)
+    result_offsets = np.r_[0, np.cumsum(per_partition)].astype(np.int32)
+    from_batch = fetched & ~lagging & (leo_after > own_leo)
+    listed = from_batch | lagging
+    leader_leo_before = parts.leader_leo
+    fetches = pa.StructArray.from_arrays(
+        [pa.array(parts.brokers[listed], type=pa.int32()), pa.array(own_leo[listed], type=pa.int64()),
+         pa.array(np.where(lagging, leader_leo_before[:, None], leo_after)[listed], type=pa.int64()),
+         pa.array(from_batch[listed], type=pa.bool_())],
+        fields=list(CONTROL_OUTPUT_SCHEMA_ARROW.field("fetches").type.value_type))
+    fetch_offsets = np.r_[0, np.cumsum(listed.sum(axis=1))].astype(np.int32)
+    leo_new = appends.leader_leo
+    followers_settled = np.where(parts.exists, parts.in_isr & (parts.arrays["log_end_offset"] == leo_new[:, None]),
+                                 True).all(axis=1)
+    columns = {name: state.column(name) for name in ("topic", "partition", "bucket", "leader", "leader_epoch",
+                                                      "leader_epoch_start_offset", "replicas", "min_isr",
+                                                      "lag_time_max_ms")}
+    columns.update(
+        partition_epoch=pa.array(_np(state, "partition_epoch") + changes, type=pa.int32()),
+        isr=as_lists(parts.brokers, parts.in_isr, pa.int32()),
+        high_watermark=pa.array(hw, type=pa.int64()),
+        **{name: as_lists(parts.arrays[name], parts.exists, pa.int64()) for name in parts.arrays},
+        is_known=pa.array(np.ones(n, dtype=bool)),
+        results=pa.ListArray.from_arrays(pa.array(result_offsets), results.take(pa.array(np.flatnonzero(known)))),
+        fetches=pa.ListArray.from_arrays(pa.array(fetch_offsets), fetches),
+        records_appended=pa.array(leo_new - leader_leo_before, type=pa.int64()),
+        records_replicated=pa.array(np.where(fetched & ~lagging, leo_after - own_leo, 0).sum(axis=1), type=pa.int64()),
+        isr_shrinks=pa.array(shrunk.sum(axis=1), type=pa.int32()),
+        isr_expands=pa.array(joined.sum(axis=1), type=pa.int32()),
+        is_settled=pa.array(followers_settled & (hw == leo_new), type=pa.bool_()),
+    )
+    out = pa.table([columns[f.name] for f in CONTROL_OUTPUT_SCHEMA_ARROW], schema=CONTROL_OUTPUT_SCHEMA_ARROW)
+    # (Spark takes the output only in its own Arrow types: list fields named "element", non-null fields)
+    return pa.concat_tables([out, _unknown_rows(appends, results)]).cast(_SPARK_ARROW_SCHEMA)
+
+
+def _unknown_rows(appends: _Appends, results: pa.StructArray) -> pa.Table:
+    """A row per unknown (topic, partition) of the requests, carrying their results only."""
+    unknown = np.flatnonzero(~appends.known)
+    if len(unknown) == 0:
+        return CONTROL_OUTPUT_SCHEMA_ARROW.empty_table()
+    table = appends.table.take(pa.array(unknown))
+    keys, first, inverse = np.unique(_keys(table).to_numpy(zero_copy_only=False), return_index=True,
+                                     return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    m = len(keys)
+    empty_longs = pa.array([[]] * m, type=pa.list_(pa.int64()))
+    columns = {f.name: pa.nulls(m, f.type) for f in CONTROL_OUTPUT_SCHEMA_ARROW}
+    zeros = {f.name: pa.array(np.zeros(m, dtype=f.type.to_pandas_dtype()), type=f.type)
+             for f in CONTROL_OUTPUT_SCHEMA_ARROW if pa.types.is_integer(f.type)}
+    columns.update(zeros)
+    columns.update({name: empty_longs for name in REPLICA_ARRAYS})
+    columns.update(
+        topic=table.column("topic").take(pa.array(first)).combine_chunks(),
+        partition=table.column("partition").take(pa.array(first)).combine_chunks(),
+        bucket=table.column("bucket").take(pa.array(first)).combine_chunks(),
+        replicas=pa.array([[]] * m, type=pa.list_(pa.int32())), isr=pa.array([[]] * m, type=pa.list_(pa.int32())),
+        is_known=pa.array(np.zeros(m, dtype=bool)), is_settled=pa.array(np.ones(m, dtype=bool)),
+        results=pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(np.bincount(inverse))].astype(np.int32)),
+                                         results.take(pa.array(unknown[order]))),
+        fetches=pa.array([[]] * m, type=CONTROL_OUTPUT_SCHEMA_ARROW.field("fetches").type))
+    return pa.table([columns[f.name] for f in CONTROL_OUTPUT_SCHEMA_ARROW], schema=CONTROL_OUTPUT_SCHEMA_ARROW)
+
+
+def _lenient(t: pa.DataType) -> pa.DataType:
+    """`t` with every nested field nullable and lists' fields named as Arrow names them."""
+    if pa.types.is_list(t):
+        return pa.list_(_lenient(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _lenient(f.type)) for f in t])
+    return t
+
+
+def _arrow_schema() -> pa.Schema:
+    return pa.schema([pa.field(f.name, _lenient(f.type)) for f in to_arrow_schema(CONTROL_OUTPUT_SCHEMA)])
+
+
+CONTROL_OUTPUT_SCHEMA_ARROW = _arrow_schema()
+_SPARK_ARROW_SCHEMA = to_arrow_schema(CONTROL_OUTPUT_SCHEMA)

@@ -1,0 +1,49 @@
+"""A follower as its leader sees it (Kafka's Replica.scala): `is_caught_up` and the fetch-state
+update a fetch makes, over arrays of replicas (any shape; every argument broadcasts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["FetchState", "is_caught_up", "update_fetch_state"]
+
+
+@dataclass(frozen=True)
+class FetchState:
+    """The leader's ReplicaState of each follower: its last fetch's time, the leader's LEO at that
+    fetch, and the last time the follower was caught up (arrays of one shape)."""
+
+    last_fetch_time_ms: np.ndarray
+    last_fetch_leader_leo: np.ndarray
+    last_caught_up_time_ms: np.ndarray
+
+
+def is_caught_up(follower_leo: np.ndarray, leader_leo: np.ndarray, last_caught_up_time_ms: np.ndarray,
+                 now_ms: int, lag_time_max_ms: np.ndarray) -> np.ndarray:
+    """Kafka's Replica.isCaughtUp: at the leader's LEO, or caught up within `replica.lag.time.max.ms`."""
+    return (follower_leo == leader_leo) | (now_ms - last_caught_up_time_ms <= lag_time_max_ms)
+
+
+def update_fetch_state(state: FetchState, fetch_offset: np.ndarray, leader_leo: np.ndarray, now_ms: int,
+                       fetched: np.ndarray) -> FetchState:
+    """Kafka's Replica.updateFetchState for the replicas that `fetched` at `now_ms` with
+    `fetch_offset`, the leader's LEO being `leader_leo`:
+
+    - fetch offset >= the leader's LEO: caught up now;
+    - else fetch offset >= the leader's LEO at the last fetch: caught up as of the last fetch;
+    - then the last fetch is this one, at the leader's LEO now.
+
+    Every new value is computed from the values before the fetch; replicas that did not fetch keep theirs.
+    """
+    last_caught_up = np.where(
+        fetch_offset >= leader_leo, np.maximum(state.last_caught_up_time_ms, now_ms),
+        np.where(fetch_offset >= state.last_fetch_leader_leo,
+                 np.maximum(state.last_caught_up_time_ms, state.last_fetch_time_ms),
+                 state.last_caught_up_time_ms))
+    return FetchState(
+        last_fetch_time_ms=np.where(fetched, now_ms, state.last_fetch_time_ms),
+        last_fetch_leader_leo=np.where(fetched, leader_leo, state.last_fetch_leader_leo),
+        last_caught_up_time_ms=np.where(fetched, last_caught_up, state.last_caught_up_time_ms),
+    )

@@ -1,0 +1,115 @@
+"""The partition state (DESIGN.md, "Round v2", 1): one row per partition with the controller's
+metadata, the leader's HW, and each replica's Kafka state as arrays in replica order; and the
+inbox summary the control job reads beside it (one row per (request, partition)).
+
+`ReplicaMatrix` turns a batch of partition rows into `[partitions, replicas]` numpy matrices (the
+rules' layout) and back, padding partitions with fewer replicas."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.types import ArrayType, BooleanType, IntegerType, LongType, StringType, StructField, StructType
+
+__all__ = ["PARTITION_STATE_SCHEMA", "REPLICA_ARRAYS", "REQUEST_SUMMARY_SCHEMA", "RESULT_TYPE", "FETCH_TYPE",
+           "CONTROL_OUTPUT_SCHEMA", "padded", "as_lists"]
+
+
+def _fields(*fields: tuple) -> list[StructField]:
+    return [StructField(name, dtype, nullable) for name, dtype, nullable in fields]
+
+
+_LONGS = ArrayType(LongType(), False)
+# each replica's state, in replica order (Kafka's ReplicaState as the leader sees its followers;
+# the leader's own column holds its log's offsets)
+REPLICA_ARRAYS = ("log_start_offset", "log_end_offset", "replica_high_watermark", "fetch_offset",
+                  "last_fetch_time_ms", "last_fetch_leader_leo", "last_caught_up_time_ms", "last_data_round")
+
+PARTITION_STATE_SCHEMA = StructType(_fields(
+    ("topic", StringType(), False),
+    ("partition", IntegerType(), False),
+    ("bucket", IntegerType(), False),  # the control task (fetcher id) the partition belongs to
+    ("leader", IntegerType(), False),
+    ("leader_epoch", IntegerType(), False),
+    ("leader_epoch_start_offset", LongType(), False),
+    ("partition_epoch", IntegerType(), False),
+    ("replicas", ArrayType(IntegerType(), False), False),
+    ("isr", ArrayType(IntegerType(), False), False),
+    ("high_watermark", LongType(), False),
+    ("min_isr", IntegerType(), False),
+    ("lag_time_max_ms", LongType(), False),
+    *[(name, _LONGS, False) for name in REPLICA_ARRAYS],
+))
+
+# the inbox summarised (DESIGN.md, "Round v2", 2): a (request, partition)'s record count and bytes,
+# and the first error its records' own checks found; pending requests (acks=all, appended in an
+# earlier round) come with their offsets
+REQUEST_SUMMARY_SCHEMA = StructType(_fields(
+    ("request_id", StringType(), False),
+    ("topic", StringType(), False),
+    ("partition", IntegerType(), True),
+    ("bucket", IntegerType(), False),
+    ("append_order", LongType(), False),  # inbox commit version, then request id
+    ("record_count", LongType(), False),
+    ("bytes", LongType(), False),
+    ("acks", IntegerType(), False),
+    ("record_error", StringType(), True),
+    ("is_pending", BooleanType(), False),
+    ("base_offset", LongType(), True),
+    ("last_offset", LongType(), True),
+))
+
+RESULT_TYPE = ArrayType(StructType(_fields(
+    ("request_id", StringType(), False),
+    ("base_offset", LongType(), True),
+    ("last_offset", LongType(), True),
+    ("record_count", LongType(), False),
+    ("acks", IntegerType(), False),
+    ("status", StringType(), False),
+    ("error_code", StringType(), True),
+)), False)
+
+# what a follower takes of the partition this round: the leader's offsets [from_offset, to_offset);
+# `from_batch` true when they are this round's appends (a slice of the batch the leaders write),
+# false when the follower lagged and reads them from the leader's log (the data plane's range read)
+FETCH_TYPE = ArrayType(StructType(_fields(
+    ("broker", IntegerType(), False),
+    ("from_offset", LongType(), False),
+    ("to_offset", LongType(), False),
+    ("from_batch", BooleanType(), False),
+)), False)
+
+CONTROL_OUTPUT_SCHEMA = StructType([
+    *PARTITION_STATE_SCHEMA.fields,
+    *_fields(
+        ("is_known", BooleanType(), False),  # false: a row carrying only the results of an unknown partition
+        ("results", RESULT_TYPE, False),
+        ("fetches", FETCH_TYPE, False),
+        ("records_appended", LongType(), False),
+        ("records_replicated", LongType(), False),
+        ("isr_shrinks", IntegerType(), False),
+        ("isr_expands", IntegerType(), False),
+        ("is_settled", BooleanType(), False),  # every replica in the ISR at the leader's LEO, HW = LEO
+    ),
+])
+
+
+def padded(column: pa.ChunkedArray | pa.Array, width: int, fill: int, dtype: type) -> np.ndarray:
+    """A list column as an `[rows, width]` matrix, rows shorter than `width` filled with `fill`."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks else pa.array([], type=column.type)
+    lengths = column.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+    out = np.full((len(column), width), fill, dtype=dtype)
+    if len(column):
+        values = column.flatten().to_numpy(zero_copy_only=False).astype(dtype)
+        rows = np.repeat(np.arange(len(column)), lengths)
+        cols = np.arange(len(values)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        out[rows, cols] = values
+    return out
+
+
+def as_lists(matrix: np.ndarray, keep: np.ndarray, value_type: pa.DataType) -> pa.ListArray:
+    """The rows of `matrix` as lists of their `keep` entries (in column order)."""
+    lengths = keep.sum(axis=1)
+    offsets = np.r_[0, np.cumsum(lengths)].astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(matrix[keep], type=value_type))

@@ -1,0 +1,101 @@
+"""Round v2's control job on Spark (DESIGN.md, "Round v2", 2-3): the inbox summarised by
+(request, partition), and the working set's partition state cogrouped with it by bucket, Kafka's
+rules run over each bucket's partitions in one Python task (pipeline/control/fetch_round.py,
+`applyInArrow`), its output pinned once.
+
+A bucket is a fetcher id, as Kafka's AbstractFetcherManager assigns them: partitions hash to one of
+`num.replica.fetchers` fetchers, and each fetcher sends one request per leader, so a response's
+limits apply within a bucket and a bucket's partitions are one Spark task. This module moves to
+pipeline/round/ when the round of today is replaced by the v2 round."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from pipeline.control.fetch_round import RoundContext, fetch_round
+from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REQUEST_SUMMARY_SCHEMA
+from pipeline.errors import ErrorCode
+from pipeline.replication import record_size
+
+__all__ = ["fetcher_bucket", "partition_state_from_tables", "summarise_inbox", "run_control_job", "produce_results"]
+
+
+def fetcher_bucket(topic: Column, partition: Column, fetchers: int) -> Column:
+    """The fetcher id (and control task) of a partition: its hash modulo `num.replica.fetchers`."""
+    return F.pmod(F.hash(topic, partition), F.lit(fetchers)).cast("int")
+
+
+def partition_state_from_tables(partitions_df: DataFrame, replica_state_df: DataFrame, fetchers: int,
+                                min_isr: int, lag_time_max_ms: int) -> DataFrame:
+    """The partition state (PARTITION_STATE_SCHEMA) of today's tables: the partitions table's rows
+    with each replica's replica_state row gathered into arrays in replica order. `min_isr` and
+    `lag_time_max_ms` are given (the topic's effective config)."""
+    per_replica = {"log_start_offset": "log_start_offset", "log_end_offset": "log_end_offset",
+                   "replica_high_watermark": "high_watermark", "fetch_offset": "fetch_offset",
+                   "last_fetch_time_ms": "last_fetch_time_ms", "last_fetch_leader_leo": "last_fetch_leader_leo",
+                   "last_caught_up_time_ms": "last_caught_up_time_ms", "last_data_round": "last_data_round"}
+    gathered = replica_state_df.groupBy("topic", "partition").agg(
+        *[F.map_from_entries(F.collect_list(F.struct("broker", column))).alias(f"_{name}")
+          for name, column in per_replica.items()])
+    joined = partitions_df.join(gathered, on=["topic", "partition"], how="inner")
+    leader_hw = F.element_at(F.col("_replica_high_watermark"), F.col("leader"))
+    return joined.select(
+        "topic", "partition", fetcher_bucket(F.col("topic"), F.col("partition"), fetchers).alias("bucket"),
+        "leader", "leader_epoch", "leader_epoch_start_offset", "partition_epoch", "replicas", "isr",
+        F.coalesce(leader_hw, F.lit(0)).cast("long").alias("high_watermark"),
+        F.lit(min_isr).alias("min_isr"), F.lit(lag_time_max_ms).cast("long").alias("lag_time_max_ms"),
+        *[F.transform("replicas", lambda r, n=name: F.coalesce(F.element_at(F.col(f"_{n}"), r), F.lit(0).cast("long")))
+          .alias(name) for name in per_replica])
+
+
+def _producer_fields_disagree() -> Column:
+    """A record whose producer id, epoch and sequence are neither all set (>= 0) nor all null."""
+    pid, epoch, sequence = F.col("producer_id"), F.col("producer_epoch"), F.col("sequence")
+    agree = F.when(pid.isNull(), epoch.isNull() & sequence.isNull()).otherwise(
+        (pid >= 0) & F.coalesce(epoch >= 0, F.lit(False)) & F.coalesce(sequence >= 0, F.lit(False)))
+    return ~agree
+
+
+def summarise_inbox(inbox_df: DataFrame, fetchers: int) -> DataFrame:
+    """The new inbox rows (with `_commit_version`) reduced to one row per (request, partition): its
+    records' count and bytes and the first error of their own checks (REQUEST_SUMMARY_SCHEMA).
+    Small whatever the batch: the records stay where they are."""
+    return (
+        inbox_df.groupBy("request_id", "topic", "partition")
+        .agg(F.min("_commit_version").cast("long").alias("append_order"),
+             F.count(F.lit(1)).alias("record_count"),
+             F.sum(record_size(F.col("key"), F.col("value"))).cast("long").alias("bytes"),
+             F.first("acks").alias("acks"),
+             F.max(_producer_fields_disagree()).alias("_bad_fields"))
+        .select("request_id", "topic", "partition",
+                fetcher_bucket(F.col("topic"), F.col("partition"), fetchers).alias("bucket"),
+                "append_order", "record_count", "bytes", "acks",
+                F.when(F.col("_bad_fields"), F.lit(ErrorCode.INVALID_RECORD)).alias("record_error"),
+                F.lit(False).alias("is_pending"), F.lit(None).cast("long").alias("base_offset"),
+                F.lit(None).cast("long").alias("last_offset"))
+    )
+
+
+def _bucket_rules(ctx: RoundContext, state: pa.Table, requests: pa.Table) -> pa.Table:
+    return fetch_round(state, requests, ctx)
+
+
+def run_control_job(state_df: DataFrame, summary_df: DataFrame, ctx: RoundContext) -> DataFrame:
+    """The working set's partitions after the round (CONTROL_OUTPUT_SCHEMA), computed in one Spark
+    job whose tasks are buckets, and pinned: every output of the round is read from it."""
+    requests = summary_df.select(*REQUEST_SUMMARY_SCHEMA.fieldNames())
+    return (state_df.groupBy("bucket").cogroup(requests.groupBy("bucket"))
+            .applyInArrow(partial(_bucket_rules, ctx), CONTROL_OUTPUT_SCHEMA)
+            .localCheckpoint())
+
+
+def produce_results(control_df: DataFrame, round_id: int) -> DataFrame:
+    """The produce results of the round, one row per (request, partition) (the results table's rows)."""
+    return (control_df.select("topic", "partition", F.explode("results").alias("r"))
+            .select(F.col("r.request_id").alias("request_id"), "topic", "partition", "r.base_offset", "r.last_offset",
+                    "r.record_count", "r.acks", "r.status", "r.error_code",
+                    F.lit(round_id).cast("long").alias("round_id")))

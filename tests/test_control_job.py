@@ -1,0 +1,92 @@
+"""Round v2's control job on Spark (pipeline/control_job.py): the partition state cogrouped with the
+inbox summary by bucket, Kafka's rules over each bucket in one task. Scenarios with exact numbers,
+among them the two defects of today's round that v2 fixes (issue "Round v2")."""
+
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from pipeline.control.fetch_round import RoundContext
+from pipeline.control.state import PARTITION_STATE_SCHEMA
+from pipeline.control_job import produce_results, run_control_job, summarise_inbox
+from pipeline.schemas import INBOX_SCHEMA
+
+OUT = "topic string, partition int, isr array<int>, high_watermark long, log_end_offset array<long>, " \
+      "partition_epoch int, isr_shrinks int, isr_expands int, is_settled boolean"
+RESULTS = "request_id string, topic string, partition int, base_offset long, last_offset long, " \
+          "record_count long, acks int, status string, error_code string, round_id long"
+
+
+def partition(topic="t", p=0, leader=0, isr=(0, 1, 2), hw=10, leo=(10, 10, 10), caught_up_ms=0, min_isr=2,
+              lag_ms=1000, epoch_start=0, fetch_offset=None):
+    fetch_offset = list(fetch_offset or leo)
+    return (topic, p, 0, leader, 1, epoch_start, 1, [0, 1, 2], list(isr), hw, min_isr, lag_ms, [0, 0, 0], list(leo),
+            [hw] * 3, fetch_offset, [caught_up_ms] * 3, fetch_offset, [caught_up_ms] * 3, [0, 0, 0])
+
+
+def inbox(spark, rows):
+    """Inbox rows (request, topic, partition, acks, records), committed at version 1."""
+    data = [(request, i, topic, p, None, b"v" * 9, acks, 0, None, None, None, None, None)
+            for request, topic, p, acks, n in rows for i in range(n)]
+    return spark.createDataFrame(data, INBOX_SCHEMA).withColumn("_commit_version", F.lit(1).cast("long"))
+
+
+def round_of(spark, partitions, produced, now, fetching=(0, 1, 2)):
+    state = spark.createDataFrame(partitions, PARTITION_STATE_SCHEMA)
+    out = run_control_job(state, summarise_inbox(inbox(spark, produced), 1),
+                          RoundContext(round_id=7, now_ms=now, fetching_brokers=fetching))
+    return out
+
+
+def test_followers_whose_follow_up_catches_them_up_are_not_shrunk(spark):
+    # lag 1000 ms, min ISR 2; replicated and caught up at t=2900; no round until t=4500, then one
+    # record: the follow-up fetch proves the followers at the leader's LEO, so the ISR stays whole
+    # and the HW reaches the LEO in the same round (today's round shrank both followers)
+    out = round_of(spark, [partition(caught_up_ms=2900)], [("r1", "t", 0, -1, 1)], now=4500)
+    assert_df_equality(out.select(*[c.split()[0] for c in OUT.split(", ")]),
+                       spark.createDataFrame([("t", 0, [0, 1, 2], 11, [11, 11, 11], 1, 0, 0, True)], OUT),
+                       ignore_nullable=True)
+    assert_df_equality(produce_results(out, 7),
+                       spark.createDataFrame([("r1", "t", 0, 10, 10, 1, -1, "acked", None, 7)], RESULTS),
+                       ignore_nullable=True)
+
+
+def test_caught_up_followers_outside_the_isr_rejoin_an_idle_partition(spark):
+    # ISR [2] of 3 with min ISR 2: the HW froze at 21 while both followers wrote all 27 records;
+    # with no produce at all, their next fetch (at the leader's LEO) brings them back, and the HW to 27
+    idle = partition(leader=2, isr=[2], hw=21, leo=(27, 27, 27), fetch_offset=(21, 21, 27), epoch_start=21)
+    out = round_of(spark, [idle], [], now=60_000)
+    assert_df_equality(out.select(*[c.split()[0] for c in OUT.split(", ")]),
+                       spark.createDataFrame([("t", 0, [0, 1, 2], 27, [27, 27, 27], 2, 0, 2, True)], OUT),
+                       ignore_nullable=True)
+
+
+def test_a_follower_that_stops_fetching_is_shrunk_after_the_lag_and_the_hw_moves_without_it(spark):
+    # follower 2 paused (not fetching), last caught up at t=0; at t=1001 it is out (lag 1000), and
+    # with ISR [0, 1] >= min ISR 2 the HW follows the leader and follower 1
+    out = round_of(spark, [partition()], [("r1", "t", 0, -1, 2)], now=1001, fetching=(0, 1))
+    assert_df_equality(out.select(*[c.split()[0] for c in OUT.split(", ")]),
+                       spark.createDataFrame([("t", 0, [0, 1], 12, [12, 12, 10], 2, 1, 0, False)], OUT),
+                       ignore_nullable=True)
+
+
+def test_refused_requests_write_nothing_and_name_kafkas_error(spark):
+    under_min = partition(p=1, isr=[0], leo=(10, 5, 5), caught_up_ms=0)
+    out = round_of(spark, [partition(), under_min],
+                   [("all", "t", 1, -1, 2), ("one", "t", 1, 1, 3), ("nope", "u", 4, 1, 1)], now=10)
+    assert_df_equality(produce_results(out, 7), spark.createDataFrame([
+        ("all", "t", 1, None, None, 2, -1, "error", "NOT_ENOUGH_REPLICAS", 7),
+        ("one", "t", 1, 10, 12, 3, 1, "acked", None, 7),
+        ("nope", "u", 4, None, None, 1, 1, "error", "UNKNOWN_TOPIC_OR_PARTITION", 7)], RESULTS),
+        ignore_nullable=True, ignore_row_order=True)
+    appended = out.filter("partition = 1").select("records_appended", "log_end_offset").first()
+    assert appended["records_appended"] == 3 and appended["log_end_offset"][0] == 13
+
+
+def test_a_lagging_follower_reads_a_range_of_the_leaders_log(spark):
+    # follower 2 is 4 records behind the leader's LEO before the round: it does not take this
+    # round's batch but the leader's log from its LEO; follower 1 takes the batch
+    out = round_of(spark, [partition(leo=(10, 10, 6), isr=(0, 1))], [("r1", "t", 0, 1, 2)], now=10)
+    fetches = out.select(F.explode("fetches").alias("f")).select("f.*")
+    assert_df_equality(fetches, spark.createDataFrame(
+        [(1, 10, 12, True), (2, 6, 10, False)], "broker int, from_offset long, to_offset long, from_batch boolean"),
+        ignore_nullable=True, ignore_row_order=True)
