@@ -20,6 +20,8 @@ from pipeline.control.fetch_round import RoundContext, fetch_round
 from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REQUEST_SUMMARY_SCHEMA
 from pipeline.errors import ErrorCode
 from pipeline.replication import record_size
+from pipeline.schemas import REPLICA_KEY
+from pipeline.storage import current_rows
 
 __all__ = ["fetcher_bucket", "partition_state_from_tables", "summarise_inbox", "run_control_job", "produce_results"]
 
@@ -32,13 +34,14 @@ def fetcher_bucket(topic: Column, partition: Column, fetchers: int) -> Column:
 def partition_state_from_tables(partitions_df: DataFrame, replica_state_df: DataFrame, fetchers: int,
                                 min_isr: int, lag_time_max_ms: int) -> DataFrame:
     """The partition state (PARTITION_STATE_SCHEMA) of today's tables: the partitions table's rows
-    with each replica's replica_state row gathered into arrays in replica order. `min_isr` and
-    `lag_time_max_ms` are given (the topic's effective config)."""
+    with each replica's current replica_state row (the newest by round, as that table is appended
+    to) gathered into arrays in replica order. `min_isr` and `lag_time_max_ms` are given (the
+    topic's effective config)."""
     per_replica = {"log_start_offset": "log_start_offset", "log_end_offset": "log_end_offset",
                    "replica_high_watermark": "high_watermark", "fetch_offset": "fetch_offset",
                    "last_fetch_time_ms": "last_fetch_time_ms", "last_fetch_leader_leo": "last_fetch_leader_leo",
                    "last_caught_up_time_ms": "last_caught_up_time_ms", "last_data_round": "last_data_round"}
-    gathered = replica_state_df.groupBy("topic", "partition").agg(
+    gathered = current_rows(replica_state_df, REPLICA_KEY).groupBy("topic", "partition").agg(
         *[F.map_from_entries(F.collect_list(F.struct("broker", column))).alias(f"_{name}")
           for name, column in per_replica.items()])
     joined = partitions_df.join(gathered, on=["topic", "partition"], how="inner")
@@ -48,8 +51,12 @@ def partition_state_from_tables(partitions_df: DataFrame, replica_state_df: Data
         "leader", "leader_epoch", "leader_epoch_start_offset", "partition_epoch", "replicas", "isr",
         F.coalesce(leader_hw, F.lit(0)).cast("long").alias("high_watermark"),
         F.lit(min_isr).alias("min_isr"), F.lit(lag_time_max_ms).cast("long").alias("lag_time_max_ms"),
-        *[F.transform("replicas", lambda r, n=name: F.coalesce(F.element_at(F.col(f"_{n}"), r), F.lit(0).cast("long")))
-          .alias(name) for name in per_replica])
+        *[F.transform("replicas", _in_replica_order(f"_{name}")).alias(name) for name in per_replica])
+
+
+def _in_replica_order(gathered: str):
+    """A replica's value from the broker -> value map `gathered` (0 where the replica has no row)."""
+    return lambda broker: F.coalesce(F.element_at(F.col(gathered), broker), F.lit(0).cast("long"))
 
 
 def _producer_fields_disagree() -> Column:

@@ -7,7 +7,7 @@ from pyspark.sql import functions as F
 
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control.state import PARTITION_STATE_SCHEMA
-from pipeline.control_job import produce_results, run_control_job, summarise_inbox
+from pipeline.control_job import partition_state_from_tables, produce_results, run_control_job, summarise_inbox
 from pipeline.schemas import INBOX_SCHEMA
 
 OUT = "topic string, partition int, isr array<int>, high_watermark long, log_end_offset array<long>, " \
@@ -90,3 +90,28 @@ def test_a_lagging_follower_reads_a_range_of_the_leaders_log(spark):
     assert_df_equality(fetches, spark.createDataFrame(
         [(1, 10, 12, True), (2, 6, 10, False)], "broker int, from_offset long, to_offset long, from_batch boolean"),
         ignore_nullable=True, ignore_row_order=True)
+
+
+def test_the_partition_state_of_todays_tables_gathers_each_replicas_row_in_replica_order(spark, new_cluster, clock):
+    cluster = new_cluster()
+    cluster.create_topic("orders", partitions=1, replication_factor=3)
+    cluster.produce("orders", [{"value": "a", "partition": 0}, {"value": "b", "partition": 0}], acks="all")
+    clock.advance(500)
+    cluster.run_round()
+    storage = cluster.storage
+    state = partition_state_from_tables(storage.read("partitions"), storage.read("replica_state"), 1,
+                                        min_isr=1, lag_time_max_ms=30_000)
+    row = state.first()
+    replicas = row["replicas"]
+    assert sorted(replicas) == [0, 1, 2] and row["leader"] == replicas[0]
+    assert row["log_end_offset"] == [2, 2, 2] and row["high_watermark"] == 2
+    newest = {}
+    for r in storage.read("replica_state").collect():  # the newest row of each replica
+        if r["broker"] not in newest or r["round_id"] > newest[r["broker"]]["round_id"]:
+            newest[r["broker"]] = r
+    by_broker = {b: r["last_fetch_time_ms"] for b, r in newest.items()}
+    assert row["last_fetch_time_ms"] == [by_broker[b] for b in replicas]
+    # and the control job takes it as it is: an idle round keeps it settled
+    out = run_control_job(state, summarise_inbox(inbox(spark, []), 1),
+                          RoundContext(round_id=9, now_ms=1000, fetching_brokers=(0, 1, 2))).first()
+    assert out["high_watermark"] == 2 and out["is_settled"] and out["isr"] == replicas

@@ -1,0 +1,130 @@
+"""Round v2's control plane beside today's round, in one process (issue "Round v2": measure side
+by side early).
+
+    .venv/bin/python jobs/bench_control.py [--partitions 100] [--records 1000] [--rounds 8] [--fetchers 2]
+
+One cluster (3 brokers, RF 3, one topic of `--partitions`). Before every round one acks=all
+produce request of `--records` 100-byte records in random partitions; then, interleaved on the same
+records:
+- today's round (`Cluster.run_round`: reads, rules, every commit);
+- v2's control plane: the new inbox rows (by Delta version) summarised, the partition state
+  cogrouped with the summary by bucket and Kafka's rules run over each bucket in one task (pinned),
+  then its two commits (the partition rows and the results, one Delta commit each). Not in it yet:
+  the logs' appends (the data plane), which today's round includes.
+Medians over the rounds after the first two, Spark jobs per round counted from the status tracker.
+Writes benchmarks/control_plane_p<partitions>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import tempfile
+import time
+
+from pyspark.sql import functions as F
+
+from pipeline import Cluster, ManualClock, get_spark
+from pipeline.control.fetch_round import RoundContext
+from pipeline.control.state import PARTITION_STATE_SCHEMA
+from pipeline.control_job import partition_state_from_tables, produce_results, run_control_job, summarise_inbox
+
+WARM_UP = 2
+
+
+class JobCounter:
+    """Spark jobs run inside a `with` block (its own job group)."""
+
+    def __init__(self, spark, name: str) -> None:
+        self.sc, self.group, self.jobs = spark.sparkContext, f"bench-{name}-{time.perf_counter_ns()}", 0
+
+    def __enter__(self):
+        self.sc.setJobGroup(self.group, self.group, False)
+        return self
+
+    def __exit__(self, *exc):
+        self.jobs = len(self.sc.statusTracker().getJobIdsForGroup(self.group))
+        self.sc.setLocalProperty("spark.jobGroup.id", None)
+
+
+def v2_round(spark, storage, state_df, versions: tuple[int, int], ctx: RoundContext, out: str, fetchers: int):
+    inbox = storage.read_changes("inbox", versions[0], versions[1]).drop("_change_type", "_commit_timestamp")
+    control = run_control_job(state_df, summarise_inbox(inbox, fetchers), ctx)
+    control.select(*PARTITION_STATE_SCHEMA.fieldNames()).write.format("delta").mode("append") \
+        .save(os.path.join(out, "partition_state"))
+    produce_results(control, ctx.round_id).write.format("delta").mode("append").save(os.path.join(out, "results"))
+    return control.select(*PARTITION_STATE_SCHEMA.fieldNames())
+
+
+def bench(spark, root: str, partitions: int, records: int, rounds: int, fetchers: int) -> dict:
+    clock = ManualClock(start_ms=0)
+    cluster = Cluster.create(spark, root, brokers=3, clock=clock)
+    cluster.create_topic("bench", partitions=partitions, replication_factor=3)
+    cluster.run_round()
+    storage = cluster.storage
+    state = partition_state_from_tables(storage.read("partitions"), storage.read("replica_state"), fetchers,
+                                        min_isr=1, lag_time_max_ms=30_000).localCheckpoint()
+    rng = random.Random(7)
+    old, new, old_jobs, new_jobs = [], [], [], []
+    for i in range(rounds):
+        before = storage.version("inbox")
+        cluster.produce("bench", [{"value": "v" * 100, "partition": rng.randrange(partitions)}
+                                  for _ in range(records)], acks="all")
+        after = storage.version("inbox")
+        clock.advance(100)
+        with JobCounter(spark, "old") as jobs:
+            started = time.perf_counter()
+            cluster.run_round()
+            took = time.perf_counter() - started
+        old_time, old_count = took, jobs.jobs
+        ctx = RoundContext(round_id=1000 + i, now_ms=clock.now_ms(), fetching_brokers=(0, 1, 2))
+        with JobCounter(spark, "v2") as jobs:
+            started = time.perf_counter()
+            state = v2_round(spark, storage, state, (before, after), ctx, os.path.join(root, "v2"), fetchers)
+            took = time.perf_counter() - started
+        if i >= WARM_UP:
+            old.append(old_time)
+            old_jobs.append(old_count)
+            new.append(took)
+            new_jobs.append(jobs.jobs)
+    committed = spark.read.format("delta").load(os.path.join(root, "v2", "results")) \
+        .filter(F.col("status") == "acked").count()
+    o, n = statistics.median(old), statistics.median(new)
+    return {"today_round_median_s": o, "v2_control_plane_median_s": n, "ratio_v2_over_today": n / o,
+            "today_jobs_median": statistics.median(old_jobs), "v2_jobs_median": statistics.median(new_jobs),
+            "today_rounds_s": old, "v2_rounds_s": new, "v2_requests_acked": committed}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--partitions", type=int, default=100)
+    parser.add_argument("--records", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--fetchers", type=int, default=2, help="v2's buckets (num.replica.fetchers)")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    spark = get_spark(app_name="replog-bench-control", extra={"spark.sql.shuffle.partitions": "2"})
+    scratch = tempfile.mkdtemp(prefix="replog-bench-control-")
+    try:
+        result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Spark {spark.version}",
+                  "args": vars(args),
+                  **bench(spark, os.path.join(scratch, "cluster"), args.partitions, args.records, args.rounds,
+                          args.fetchers)}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"P = {args.partitions}, {args.records} records a round: today's round {result['today_round_median_s']:.2f} s "
+          f"({result['today_jobs_median']:.0f} jobs), v2 control plane {result['v2_control_plane_median_s']:.2f} s "
+          f"({result['v2_jobs_median']:.0f} jobs), {result['ratio_v2_over_today']:.2f}x")
+    out = args.out or f"benchmarks/control_plane_p{args.partitions}.json"
+    with open(out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
