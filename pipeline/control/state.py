@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+from pipeline.schemas import PARTITION_KEY, PARTITIONS_SCHEMA, RESULTS_SCHEMA
 from pyspark.sql.types import ArrayType, BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
 __all__ = ["PARTITION_STATE_SCHEMA", "REPLICA_ARRAYS", "REQUEST_SUMMARY_SCHEMA", "RESULT_TYPE", "FETCH_TYPE",
@@ -25,21 +26,17 @@ _LONGS = ArrayType(LongType(), False)
 REPLICA_ARRAYS = ("log_start_offset", "log_end_offset", "replica_high_watermark", "fetch_offset",
                   "last_fetch_time_ms", "last_fetch_leader_leo", "last_caught_up_time_ms", "last_data_round")
 
-PARTITION_STATE_SCHEMA = StructType(_fields(
-    ("topic", StringType(), False),
-    ("partition", IntegerType(), False),
-    ("bucket", IntegerType(), False),  # the control task (fetcher id) the partition belongs to
-    ("leader", IntegerType(), False),
-    ("leader_epoch", IntegerType(), False),
-    ("leader_epoch_start_offset", LongType(), False),
-    ("partition_epoch", IntegerType(), False),
-    ("replicas", ArrayType(IntegerType(), False), False),
-    ("isr", ArrayType(IntegerType(), False), False),
-    ("high_watermark", LongType(), False),
-    ("min_isr", IntegerType(), False),
-    ("lag_time_max_ms", LongType(), False),
-    *[(name, _LONGS, False) for name in REPLICA_ARRAYS],
-))
+# the controller's metadata of the partition, as the partitions table holds it
+_METADATA = ("leader", "leader_epoch", "leader_epoch_start_offset", "partition_epoch", "replicas", "isr")
+
+PARTITION_STATE_SCHEMA = StructType([
+    *[PARTITIONS_SCHEMA[name] for name in PARTITION_KEY],
+    StructField("bucket", IntegerType(), False),  # the control task (fetcher id) the partition belongs to
+    *[PARTITIONS_SCHEMA[name] for name in _METADATA],
+    *_fields(("high_watermark", LongType(), False), ("min_isr", IntegerType(), False),
+             ("lag_time_max_ms", LongType(), False),
+             *[(name, _LONGS, False) for name in REPLICA_ARRAYS]),
+])
 
 # the inbox summarised (DESIGN.md, "Round v2", 2): a (request, partition)'s record count and bytes,
 # and the first error its records' own checks found; pending requests (acks=all, appended in an
@@ -59,15 +56,9 @@ REQUEST_SUMMARY_SCHEMA = StructType(_fields(
     ("last_offset", LongType(), True),
 ))
 
-RESULT_TYPE = ArrayType(StructType(_fields(
-    ("request_id", StringType(), False),
-    ("base_offset", LongType(), True),
-    ("last_offset", LongType(), True),
-    ("record_count", LongType(), False),
-    ("acks", IntegerType(), False),
-    ("status", StringType(), False),
-    ("error_code", StringType(), True),
-)), False)
+# a partition's produce results: the results table's fields but its keys and round
+RESULT_TYPE = ArrayType(StructType([RESULTS_SCHEMA[name] for name in (
+    "request_id", "base_offset", "last_offset", "record_count", "acks", "status", "error_code")]), False)
 
 # what a follower takes of the partition this round: the leader's offsets [from_offset, to_offset);
 # `from_batch` true when they are this round's appends (a slice of the batch the leaders write),
