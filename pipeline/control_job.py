@@ -23,7 +23,8 @@ from pipeline.replication import record_size
 from pipeline.schemas import REPLICA_KEY
 from pipeline.storage import current_rows
 
-__all__ = ["fetcher_bucket", "partition_state_from_tables", "summarise_inbox", "run_control_job", "produce_results"]
+__all__ = ["fetcher_bucket", "partition_state_from_tables", "summarise_inbox", "pending_requests", "run_control_job",
+           "produce_results"]
 
 
 def fetcher_bucket(topic: Column, partition: Column, fetchers: int) -> Column:
@@ -85,6 +86,15 @@ def summarise_inbox(inbox_df: DataFrame, fetchers: int) -> DataFrame:
                 F.lit(False).alias("is_pending"), F.lit(None).cast("long").alias("base_offset"),
                 F.lit(None).cast("long").alias("last_offset"))
     )
+
+
+def pending_requests(results_df: DataFrame, fetchers: int) -> DataFrame:
+    """acks=all requests appended in an earlier round and not yet answered (result rows with status
+    pending), as inbox summary rows that carry their offsets (REQUEST_SUMMARY_SCHEMA)."""
+    return results_df.select(
+        "request_id", "topic", "partition", fetcher_bucket(F.col("topic"), F.col("partition"), fetchers).alias("bucket"),
+        F.lit(0).cast("long").alias("append_order"), "record_count", F.lit(0).cast("long").alias("bytes"), "acks",
+        F.lit(None).cast("string").alias("record_error"), F.lit(True).alias("is_pending"), "base_offset", "last_offset")
 
 
 def _bucket_rules(ctx: RoundContext, state: pa.Table, requests: pa.Table) -> pa.Table:

@@ -1,0 +1,79 @@
+"""Round v2's active round for the path it covers so far (docs/design.md, "Round v2"): the control
+job, the records numbered and written once per broker, then the control outputs. Two commit
+waves, as DESIGN.md's step 5: the brokers' logs in parallel (one commit each); then the partition
+rows the round changed and the produce results, so a reader never finds an HW or an ack past what
+the logs hold. It runs beside today's round (jobs/bench_control.py) until it carries every rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pipeline.control.fetch_round import RoundContext
+from pipeline.control.state import PARTITION_STATE_SCHEMA
+from pipeline.acks import STATUS_PENDING
+from pipeline.control_job import pending_requests, produce_results, run_control_job, summarise_inbox
+from pipeline.data.append import log_rows
+from pipeline.schemas import LOG_SCHEMA
+
+__all__ = ["RoundTables", "ActiveRound", "run_active_round"]
+
+# append_all([(df, path), ...]): one commit each, at once (Storage.append_all)
+Appender = Callable[[list[tuple[DataFrame, str]]], None]
+
+
+@dataclass(frozen=True)
+class RoundTables:
+    """Where the round writes: each broker's log, the partition state rows, the results."""
+
+    logs: dict[int, str]
+    partition_state: str
+    results: str
+
+
+@dataclass(frozen=True)
+class ActiveRound:
+    state: DataFrame  # the partitions after the round (pinned): the next round's input
+    pending: DataFrame  # the acks=all requests still waiting for the HW (result rows): the next round's too
+    records_appended: int
+    records_replicated: int
+    requests_answered: int
+
+
+def _changed(control_df: DataFrame) -> DataFrame:
+    """The partition rows a round must persist: records moved, the ISR changed, or not settled."""
+    moved = (F.col("records_appended") > 0) | (F.col("records_replicated") > 0)
+    isr = (F.col("isr_shrinks") > 0) | (F.col("isr_expands") > 0)
+    return control_df.filter(F.col("is_known") & (moved | isr | ~F.col("is_settled")))
+
+
+def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataFrame | None, ctx: RoundContext,
+                     fetchers: int, tables: RoundTables, append_all: Appender) -> ActiveRound:
+    """One round over `state_df` (the working set's partition state), the round's new inbox rows
+    (with `_commit_version`) and the requests the last round left pending (None: none)."""
+    summary = summarise_inbox(inbox_df, fetchers)
+    if pending_df is not None:
+        summary = summary.unionByName(pending_requests(pending_df, fetchers))
+    control = run_control_job(state_df, summary, ctx)
+    # the round's figures and the brokers whose logs take rows: one small job over the pinned output
+    takers = F.when(F.col("records_appended") > 0, F.array_union(F.array("leader"), F.col("fetches.broker"))) \
+        .otherwise(F.col("fetches.broker"))
+    figures = control.agg(F.sum("records_appended").alias("appended"), F.sum("records_replicated").alias("replicated"),
+                          F.sum(F.size("results")).alias("answered"),
+                          F.array_distinct(F.flatten(F.collect_list(takers))).alias("brokers")).first()
+    if figures["appended"]:
+        rows = log_rows(inbox_df, control).localCheckpoint()  # the batch, pinned once, for every broker
+        append_all([(rows.filter(F.col("broker") == broker).select(*LOG_SCHEMA.fieldNames()), tables.logs[broker])
+                    for broker in sorted(figures["brokers"])])
+    state = control.filter(F.col("is_known")).select(*PARTITION_STATE_SCHEMA.fieldNames())
+    answers = [(_changed(control).select(*PARTITION_STATE_SCHEMA.fieldNames(),
+                                         F.lit(ctx.round_id).cast("long").alias("round_id")), tables.partition_state)]
+    results = produce_results(control, ctx.round_id)
+    if figures["answered"]:
+        answers.append((results, tables.results))
+    append_all(answers)
+    return ActiveRound(state, results.filter(F.col("status") == STATUS_PENDING).drop("round_id"),
+                       int(figures["appended"] or 0), int(figures["replicated"] or 0), int(figures["answered"] or 0))

@@ -1,0 +1,81 @@
+"""Round v2's active round on real Delta tables (pipeline/round_v2.py): the control job, the
+records numbered from each request's base offset and written once per broker, followers taking
+their slice of the same batch; every replica holds the same records at the same offsets."""
+
+from pyspark.sql import functions as F
+
+from pipeline.control.fetch_round import RoundContext
+from pipeline.control.state import PARTITION_STATE_SCHEMA
+from pipeline.round_v2 import RoundTables, run_active_round
+from pipeline.schemas import INBOX_SCHEMA
+
+
+def empty_partition(p):
+    return ("t", p, 0, p % 3, 1, 0, 1, [p % 3, (p + 1) % 3, (p + 2) % 3], [p % 3, (p + 1) % 3, (p + 2) % 3], 0, 2,
+            30_000, *([[0, 0, 0]] * 8))
+
+
+def produced(spark, requests, version):
+    """Inbox rows: (request, acks, [(partition, value), ...]) with record_index in request order."""
+    rows = [(request, i, "t", p, None, value.encode(), acks, 0, None, None, None, None, None)
+            for request, acks, records in requests for i, (p, value) in enumerate(records)]
+    return spark.createDataFrame(rows, INBOX_SCHEMA).withColumn("_commit_version", F.lit(version).cast("long"))
+
+
+def appender(tables):
+    def append_all(appends):
+        for df, path in appends:
+            df.write.format("delta").mode("append").save(path)
+    return append_all
+
+
+def log(spark, path):
+    return sorted((r["partition"], r["offset"], r["value"].decode(), r["leader_epoch"])
+                  for r in spark.read.format("delta").load(path).collect())
+
+
+def test_a_round_writes_each_record_once_per_replica_at_the_offsets_its_request_was_given(spark, tmp_path):
+    tables = RoundTables({b: str(tmp_path / f"log{b}") for b in range(3)}, str(tmp_path / "state"),
+                         str(tmp_path / "results"))
+    state = spark.createDataFrame([empty_partition(0), empty_partition(1)], PARTITION_STATE_SCHEMA)
+    # a request over two partitions, its records interleaved; then another to partition 0
+    first = produced(spark, [("a", -1, [(0, "a0"), (1, "a1"), (0, "a2")]), ("b", 1, [(0, "b0")])], 1)
+    out = run_active_round(state, first, None, RoundContext(1, 100, (0, 1, 2)), 1, tables, appender(tables))
+    assert (out.records_appended, out.records_replicated, out.requests_answered) == (4, 8, 3)
+    expected = [(0, 0, "a0", 1), (0, 1, "a2", 1), (0, 2, "b0", 1), (1, 0, "a1", 1)]
+    assert all(log(spark, tables.logs[b]) == expected for b in range(3))
+    results = {(r["request_id"], r["partition"]): (r["base_offset"], r["last_offset"], r["status"])
+               for r in spark.read.format("delta").load(tables.results).collect()}
+    assert results == {("a", 0): (0, 1, "acked"), ("a", 1): (0, 0, "acked"), ("b", 0): (2, 2, "acked")}
+    # the next round starts from the carried state: offsets go on from each leader's LEO
+    second = produced(spark, [("c", -1, [(1, "c0"), (1, "c1")])], 2)
+    out = run_active_round(out.state, second, out.pending, RoundContext(2, 200, (0, 1, 2)), 1, tables, appender(tables))
+    assert all(log(spark, tables.logs[b]) == expected + [(1, 1, "c0", 1), (1, 2, "c1", 1)] for b in range(3))
+    after = {r["partition"]: (r["high_watermark"], r["log_end_offset"]) for r in out.state.collect()}
+    assert after == {0: (3, [3, 3, 3]), 1: (3, [3, 3, 3])}
+    # only the partition the round moved is persisted again
+    assert [r["partition"] for r in spark.read.format("delta").load(tables.partition_state)
+            .filter("round_id = 2").collect()] == [1]
+
+
+def test_a_paused_follower_gets_nothing_and_the_hw_waits_for_it_while_it_is_in_the_isr(spark, tmp_path):
+    tables = RoundTables({b: str(tmp_path / f"log{b}") for b in range(3)}, str(tmp_path / "state"),
+                         str(tmp_path / "results"))
+    state = spark.createDataFrame([empty_partition(0)], PARTITION_STATE_SCHEMA)
+    out = run_active_round(state, produced(spark, [("a", -1, [(0, "x"), (0, "y")])], 1), None,
+                           RoundContext(1, 100, (0, 1)), 1, tables, appender(tables))
+    assert log(spark, tables.logs[0]) == log(spark, tables.logs[1]) == [(0, 0, "x", 1), (0, 1, "y", 1)]
+    assert not (tmp_path / "log2").exists()  # broker 2 took nothing: no commit on its log
+    # broker 2 is still in the ISR (within replica.lag.time.max.ms): the HW waits for it, the ack too
+    row = out.state.first()
+    assert row["high_watermark"] == 0 and row["log_end_offset"] == [2, 2, 0] and row["isr"] == [0, 1, 2]
+    assert [r["status"] for r in spark.read.format("delta").load(tables.results).collect()] == ["pending"]
+    # its fetcher resumes: it takes the leader's log from its LEO (the data plane's range read, not
+    # built yet: here it has the records already), the HW reaches 2, and the pending ack is answered
+    spark.read.format("delta").load(tables.logs[0]).write.format("delta").mode("append").save(tables.logs[2])
+    caught_up = out.state.withColumn("log_end_offset", F.array(*[F.lit(2).cast("long")] * 3))
+    out = run_active_round(caught_up, produced(spark, [], 2), out.pending, RoundContext(2, 200, (0, 1, 2)), 1,
+                           tables, appender(tables))
+    assert out.state.first()["high_watermark"] == 2
+    final = spark.read.format("delta").load(tables.results).filter("round_id = 2").collect()
+    assert [(r["request_id"], r["status"], r["base_offset"], r["last_offset"]) for r in final] == [("a", "acked", 0, 1)]
