@@ -38,6 +38,7 @@ from pipeline.round import last_round_jobs
 from pipeline.round_v2 import RoundTables, run_active_round
 
 WARM_UP = 2
+PHASES: list[dict[str, float]] = []
 
 
 class JobCounter:
@@ -63,6 +64,7 @@ def v2_round(spark, storage, carried, versions: tuple[int, int], ctx: RoundConte
     state, pending = carried
     out = run_active_round(state, inbox, pending, ctx, fetchers, tables,
                            lambda appends: storage.append_all(appends, ctx.round_id))
+    PHASES.append(out.phases)
     return out.state, out.pending.localCheckpoint()
 
 
@@ -102,6 +104,8 @@ def bench(spark, root: str, partitions: int, records: int, rounds: int, fetchers
     logs = [spark.read.format("delta").load(os.path.join(root, "v2", f"log{b}")).count() for b in range(3)]
     return {"today_round_median_s": o, "v2_round_median_s": n, "ratio_v2_over_today": n / o,
             "v2_log_rows_per_broker": logs,
+            "v2_phase_median_s": {name: statistics.median(p.get(name, 0.0) for p in PHASES[WARM_UP:])
+                                  for name in PHASES[-1]},
             "today_jobs_median": statistics.median(old_jobs), "v2_jobs_median": statistics.median(new_jobs),
             "today_rounds_s": old, "v2_rounds_s": new, "v2_requests_acked": committed}
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from functools import partial
 
 import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -97,17 +99,49 @@ def pending_requests(results_df: DataFrame, fetchers: int) -> DataFrame:
         F.lit(None).cast("string").alias("record_error"), F.lit(True).alias("is_pending"), "base_offset", "last_offset")
 
 
-def _bucket_rules(ctx: RoundContext, state: pa.Table, requests: pa.Table) -> pa.Table:
-    return fetch_round(state, requests, ctx)
+class _Figures(AccumulatorParam):
+    """The round's figures, summed over the control job's tasks: counts by name, and the brokers
+    whose logs take rows (a set)."""
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, a: dict, b: dict) -> dict:
+        for name, value in b.items():
+            a[name] = a.get(name, set()) | value if isinstance(value, set) else a.get(name, 0) + value
+        return a
 
 
-def run_control_job(state_df: DataFrame, summary_df: DataFrame, ctx: RoundContext) -> DataFrame:
+def _bucket_figures(out: pa.Table) -> dict:
+    appended = pc.greater(out.column("records_appended"), 0)
+    leaders = pc.filter(out.column("leader"), appended).to_pylist()
+    fetches = pc.list_flatten(out.column("fetches"))
+    takers = pc.filter(pc.struct_field(fetches, "broker"), pc.struct_field(fetches, "from_batch")).to_pylist() \
+        if len(fetches) else []
+    return {"records_appended": pc.sum(out.column("records_appended")).as_py() or 0,
+            "records_replicated": pc.sum(out.column("records_replicated")).as_py() or 0,
+            "results": len(pc.list_flatten(out.column("results"))), "brokers": set(leaders) | set(takers)}
+
+
+def _bucket_rules(ctx: RoundContext, figures: Accumulator, state: pa.Table, requests: pa.Table) -> pa.Table:
+    out = fetch_round(state, requests, ctx)
+    figures.add(_bucket_figures(out))
+    return out
+
+
+def run_control_job(state_df: DataFrame, summary_df: DataFrame, ctx: RoundContext) -> tuple[DataFrame, dict]:
     """The working set's partitions after the round (CONTROL_OUTPUT_SCHEMA), computed in one Spark
-    job whose tasks are buckets, and pinned: every output of the round is read from it."""
+    job whose tasks are buckets, and pinned: every output of the round is read from it. With the
+    round's figures, which its tasks send back with their results (an accumulator: no job of
+    their own): records_appended, records_replicated, results, and the brokers whose logs take rows."""
+    figures = state_df.sparkSession.sparkContext.accumulator({}, _Figures())
     requests = summary_df.select(*REQUEST_SUMMARY_SCHEMA.fieldNames())
-    return (state_df.groupBy("bucket").cogroup(requests.groupBy("bucket"))
-            .applyInArrow(partial(_bucket_rules, ctx), CONTROL_OUTPUT_SCHEMA)
-            .localCheckpoint())
+    control = (state_df.groupBy("bucket").cogroup(requests.groupBy("bucket"))
+               .applyInArrow(partial(_bucket_rules, ctx, figures), CONTROL_OUTPUT_SCHEMA)
+               .localCheckpoint())
+    totals = {"records_appended": 0, "records_replicated": 0, "results": 0, "brokers": set()}
+    totals.update(figures.value)
+    return control, totals
 
 
 def produce_results(control_df: DataFrame, round_id: int) -> DataFrame:

@@ -6,7 +6,8 @@ the logs hold. It runs beside today's round (jobs/bench_control.py) until it car
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Callable
 
 from pyspark.sql import DataFrame
@@ -41,6 +42,7 @@ class ActiveRound:
     records_appended: int
     records_replicated: int
     requests_answered: int
+    phases: dict[str, float] = field(default_factory=dict)  # seconds on the driver, by phase
 
 
 def _changed(control_df: DataFrame) -> DataFrame:
@@ -54,26 +56,39 @@ def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataF
                      fetchers: int, tables: RoundTables, append_all: Appender) -> ActiveRound:
     """One round over `state_df` (the working set's partition state), the round's new inbox rows
     (with `_commit_version`) and the requests the last round left pending (None: none)."""
+    lap = _Laps()
     summary = summarise_inbox(inbox_df, fetchers)
     if pending_df is not None:
         summary = summary.unionByName(pending_requests(pending_df, fetchers))
-    control = run_control_job(state_df, summary, ctx)
-    # the round's figures and the brokers whose logs take rows: one small job over the pinned output
-    takers = F.when(F.col("records_appended") > 0, F.array_union(F.array("leader"), F.col("fetches.broker"))) \
-        .otherwise(F.col("fetches.broker"))
-    figures = control.agg(F.sum("records_appended").alias("appended"), F.sum("records_replicated").alias("replicated"),
-                          F.sum(F.size("results")).alias("answered"),
-                          F.array_distinct(F.flatten(F.collect_list(takers))).alias("brokers")).first()
-    if figures["appended"]:
+    control, figures = run_control_job(state_df, summary, ctx)
+    lap("control job")
+    if figures["records_appended"]:
         rows = log_rows(inbox_df, control).localCheckpoint()  # the batch, pinned once, for every broker
+        lap("number records")
         append_all([(rows.filter(F.col("broker") == broker).select(*LOG_SCHEMA.fieldNames()), tables.logs[broker])
                     for broker in sorted(figures["brokers"])])
+        lap("commit logs")
     state = control.filter(F.col("is_known")).select(*PARTITION_STATE_SCHEMA.fieldNames())
     answers = [(_changed(control).select(*PARTITION_STATE_SCHEMA.fieldNames(),
                                          F.lit(ctx.round_id).cast("long").alias("round_id")), tables.partition_state)]
     results = produce_results(control, ctx.round_id)
-    if figures["answered"]:
+    if figures["results"]:
         answers.append((results, tables.results))
     append_all(answers)
+    lap("commit state and results")
     return ActiveRound(state, results.filter(F.col("status") == STATUS_PENDING).drop("round_id"),
-                       int(figures["appended"] or 0), int(figures["replicated"] or 0), int(figures["answered"] or 0))
+                       figures["records_appended"], figures["records_replicated"], figures["results"],
+                       lap.phases)
+
+
+class _Laps:
+    """Seconds between calls, by the name of the phase that just ended."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, float] = {}
+        self.mark = time.perf_counter()
+
+    def __call__(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.phases[phase] = now - self.mark
+        self.mark = now

@@ -32,8 +32,8 @@ def inbox(spark, rows):
 
 def round_of(spark, partitions, produced, now, fetching=(0, 1, 2)):
     state = spark.createDataFrame(partitions, PARTITION_STATE_SCHEMA)
-    out = run_control_job(state, summarise_inbox(inbox(spark, produced), 1),
-                          RoundContext(round_id=7, now_ms=now, fetching_brokers=fetching))
+    out, _ = run_control_job(state, summarise_inbox(inbox(spark, produced), 1),
+                             RoundContext(round_id=7, now_ms=now, fetching_brokers=fetching))
     return out
 
 
@@ -112,6 +112,19 @@ def test_the_partition_state_of_todays_tables_gathers_each_replicas_row_in_repli
     by_broker = {b: r["last_fetch_time_ms"] for b, r in newest.items()}
     assert row["last_fetch_time_ms"] == [by_broker[b] for b in replicas]
     # and the control job takes it as it is: an idle round keeps it settled
-    out = run_control_job(state, summarise_inbox(inbox(spark, []), 1),
-                          RoundContext(round_id=9, now_ms=1000, fetching_brokers=(0, 1, 2))).first()
+    out, figures = run_control_job(state, summarise_inbox(inbox(spark, []), 1),
+                                   RoundContext(round_id=9, now_ms=1000, fetching_brokers=(0, 1, 2)))
+    assert figures == {"records_appended": 0, "records_replicated": 0, "results": 0, "brokers": set()}
+    out = out.first()
     assert out["high_watermark"] == 2 and out["is_settled"] and out["isr"] == replicas
+
+
+def test_the_rounds_figures_come_back_with_the_control_jobs_tasks(spark):
+    # two buckets (fetchers), each a task: the figures are summed over both
+    state = spark.createDataFrame([partition(p=0, leo=(10, 10, 6), isr=(0, 1)), partition(p=1)],
+                                  PARTITION_STATE_SCHEMA).withColumn("bucket", F.col("partition"))
+    _, figures = run_control_job(state, summarise_inbox(inbox(spark, [("r1", "t", 0, 1, 2), ("r2", "t", 1, 1, 3)]), 2)
+                                 .withColumn("bucket", F.col("partition")),
+                                 RoundContext(round_id=7, now_ms=10, fetching_brokers=(0, 1, 2)))
+    # partition 0: 2 appended, follower 1 takes them (2 lags and reads the log); partition 1: 3 to both
+    assert figures == {"records_appended": 5, "records_replicated": 8, "results": 2, "brokers": {0, 1, 2}}

@@ -4,7 +4,8 @@ As in Kafka's record batches (a base offset per batch, an offset delta per recor
 job gives each accepted (request, partition) its base offset; a record's offset is that base plus
 its place among the request's records of that partition. A follower whose fetch took this round's
 batch gets its slice of the same rows (`fetches` with `from_batch`), never reading its leader's log
-back. The per-request and per-fetch rows are small, and broadcast."""
+back. The control job's output is pinned (an RDD scan Spark does not broadcast by itself): the
+joins to it are shuffles inside the numbering's one job, not broadcasts of their own."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def number_records(inbox_df: DataFrame, control_df: DataFrame) -> DataFrame:
              .select(F.col("r.request_id").alias("request_id"), *PARTITION_KEY, F.col("r.base_offset").alias("_base"),
                      F.col("leader").alias("broker"), "leader_epoch"))
     delta = F.row_number().over(Window.partitionBy(*_PART).orderBy("record_index")) - 1
-    return (inbox_df.join(F.broadcast(bases), on=_PART, how="inner")
+    return (inbox_df.join(bases, on=_PART, how="inner")
             .withColumn("offset", F.col("_base") + delta)
             .select(*PARTITION_KEY, "offset", "leader_epoch", "timestamp", "key", "value", "producer_id",
                     "producer_epoch", "sequence", "broker"))
@@ -42,7 +43,7 @@ def batch_copies(numbered_df: DataFrame, control_df: DataFrame) -> DataFrame:
               .filter(F.col("f.from_batch"))
               .select(*PARTITION_KEY, F.col("f.broker").alias("_follower"), F.col("f.from_offset").alias("_from"),
                       F.col("f.to_offset").alias("_to")))
-    return (numbered_df.join(F.broadcast(ranges), on=PARTITION_KEY, how="inner")
+    return (numbered_df.join(ranges, on=PARTITION_KEY, how="inner")
             .filter((F.col("offset") >= F.col("_from")) & (F.col("offset") < F.col("_to")))
             .withColumn("broker", F.col("_follower"))
             .drop("_follower", "_from", "_to"))
