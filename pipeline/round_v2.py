@@ -2,7 +2,7 @@
 job, the records numbered and written once per broker, then the control outputs. Two commit
 waves, as DESIGN.md's step 5: the brokers' logs in parallel (one commit each); then the partition
 rows the round changed and the produce results, so a reader never finds an HW or an ack past what
-the logs hold. It runs beside today's round (jobs/bench_control.py) until it carries every rule."""
+the logs hold. It runs beside today's round (jobs/bench_round_v2.py) until it carries every rule."""
 
 from __future__ import annotations
 

@@ -81,6 +81,7 @@ class _Partitions:
         self.epoch_start = _np(state, "leader_epoch_start_offset").astype(np.int64)
         leo = self.arrays["log_end_offset"]
         self.leader_leo = np.where(self.is_leader, leo, 0).sum(axis=1)
+        self.serving = np.zeros(len(self.leader), dtype=bool)  # a leader that answers (set by the round)
 
     def fetch_state(self) -> FetchState:
         return FetchState(self.arrays["last_fetch_time_ms"], self.arrays["last_fetch_leader_leo"],
@@ -93,8 +94,9 @@ class _Partitions:
         may_join = eligible & is_caught_up(fetch_offset, leader_leo[:, None], self.arrays["last_caught_up_time_ms"],
                                            ctx.now_ms, self.lag[:, None])
         replica_leo = np.where(self.is_leader, leader_leo[:, None], fetch_offset)
-        return maybe_increment_leader_hw(hw, replica_leo, self.exists, self.is_leader, self.in_isr, may_join,
-                                         self.min_isr)
+        moved = maybe_increment_leader_hw(hw, replica_leo, self.exists, self.is_leader, self.in_isr, may_join,
+                                          self.min_isr)
+        return np.where(self.serving, moved, hw)  # only a leader moves its HW
 
     def fetch(self, fetched: np.ndarray, fetch_offset: np.ndarray, leader_leo: np.ndarray, hw: np.ndarray,
               ctx: RoundContext) -> np.ndarray:
@@ -105,7 +107,8 @@ class _Partitions:
                            last_fetch_leader_leo=after.last_fetch_leader_leo,
                            last_caught_up_time_ms=after.last_caught_up_time_ms,
                            fetch_offset=np.where(fetched, fetch_offset, self.arrays["fetch_offset"]))
-        joiners = maybe_expand_isr(self.in_isr, fetched, self.arrays["fetch_offset"], hw, self.epoch_start)
+        eligible = ~np.isin(self.brokers, ctx.ineligible_brokers)  # Kafka's isReplicaIsrEligible
+        joiners = maybe_expand_isr(self.in_isr, fetched & eligible, self.arrays["fetch_offset"], hw, self.epoch_start)
         self.in_isr = self.in_isr | joiners
         return joiners
 
@@ -181,8 +184,8 @@ def fetch_round(state: pa.Table, requests: pa.Table, ctx: RoundContext) -> pa.Ta
     parts = _Partitions(state)
     appends = _Appends(requests, parts)
     leo_new = appends.leader_leo
-    serving = parts.is_leader.any(axis=1) & ~np.isin(parts.leader, ctx.ineligible_brokers)
-    followers = parts.exists & ~parts.is_leader & np.isin(parts.brokers, ctx.fetching_brokers) & serving[:, None]
+    parts.serving = parts.is_leader.any(axis=1) & ~np.isin(parts.leader, ctx.ineligible_brokers)
+    followers = parts.exists & ~parts.is_leader & np.isin(parts.brokers, ctx.fetching_brokers) & parts.serving[:, None]
     own_leo = parts.arrays["log_end_offset"]
     # a follower past the leader's LEO diverges and truncates first (not in this step's scope)
     fetched = followers & (own_leo <= parts.leader_leo[:, None])
@@ -209,7 +212,7 @@ def fetch_round(state: pa.Table, requests: pa.Table, ctx: RoundContext) -> pa.Ta
     parts.arrays["last_data_round"] = np.where(more > 0, ctx.round_id, last_data_round)
     # 4. shrink, on the state after every fetch of the round; the HW the smaller ISR allows
     shrunk = out_of_sync_replicas(parts.in_isr, parts.is_leader, parts.arrays["fetch_offset"], leo_new,
-                                  parts.arrays["last_caught_up_time_ms"], ctx.now_ms, parts.lag)
+                                  parts.arrays["last_caught_up_time_ms"], ctx.now_ms, parts.lag) & parts.serving[:, None]
     parts.in_isr = parts.in_isr & ~shrunk
     hw = parts.high_watermark_after(hw, leo_new, ctx)
     parts.arrays["log_end_offset"] = np.where(parts.is_leader, leo_new[:, None], leo_after)

@@ -1,7 +1,7 @@
 """Round v2's control plane beside today's round, in one process (issue "Round v2": measure side
 by side early).
 
-    .venv/bin/python jobs/bench_control.py [--partitions 100] [--records 1000] [--rounds 8] [--fetchers 2]
+    .venv/bin/python jobs/bench_round_v2.py [--partitions 100] [--records 1000] [--rounds 8] [--fetchers 2]
 
 One cluster (3 brokers, RF 3, one topic of `--partitions`). Before every round one acks=all
 produce request of `--records` 100-byte records in random partitions; then, interleaved on the same
@@ -34,7 +34,6 @@ from pyspark.sql import functions as F
 from pipeline import Cluster, ManualClock, get_spark
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control_job import partition_state_from_tables
-from pipeline.round import last_round_jobs
 from pipeline.round_v2 import RoundTables, run_active_round
 
 WARM_UP = 2
@@ -42,18 +41,21 @@ PHASES: list[dict[str, float]] = []
 
 
 class JobCounter:
-    """Spark jobs run inside a `with` block (its own job group)."""
+    """Spark jobs run inside a `with` block, by any thread (a round commits from threads of its
+    own): the difference of the scheduler's next job id."""
 
-    def __init__(self, spark, name: str) -> None:
-        self.sc, self.group, self.jobs = spark.sparkContext, f"bench-{name}-{time.perf_counter_ns()}", 0
+    def __init__(self, spark) -> None:
+        self.scheduler, self.jobs = spark.sparkContext._jsc.sc().dagScheduler(), 0
+
+    def _next(self) -> int:
+        return int(str(self.scheduler.nextJobId()))
 
     def __enter__(self):
-        self.sc.setJobGroup(self.group, self.group, False)
+        self.start = self._next()
         return self
 
     def __exit__(self, *exc):
-        self.jobs = len(self.sc.statusTracker().getJobIdsForGroup(self.group))
-        self.sc.setLocalProperty("spark.jobGroup.id", None)
+        self.jobs = self._next() - self.start
 
 
 def v2_round(spark, storage, carried, versions: tuple[int, int], ctx: RoundContext, root: str, fetchers: int):
@@ -65,7 +67,7 @@ def v2_round(spark, storage, carried, versions: tuple[int, int], ctx: RoundConte
     out = run_active_round(state, inbox, pending, ctx, fetchers, tables,
                            lambda appends: storage.append_all(appends, ctx.round_id))
     PHASES.append(out.phases)
-    return out.state, out.pending.localCheckpoint()
+    return out.state, out.pending
 
 
 def bench(spark, root: str, partitions: int, records: int, rounds: int, fetchers: int) -> dict:
@@ -84,12 +86,13 @@ def bench(spark, root: str, partitions: int, records: int, rounds: int, fetchers
                                   for _ in range(records)], acks="all")
         after = storage.version("inbox")
         clock.advance(100)
-        started = time.perf_counter()
-        cluster.run_round()
-        old_time = time.perf_counter() - started
-        old_count = sum(last_round_jobs().values())  # the round counts its own jobs, by phase
+        with JobCounter(spark) as jobs:
+            started = time.perf_counter()
+            cluster.run_round()
+            old_time = time.perf_counter() - started
+        old_count = jobs.jobs
         ctx = RoundContext(round_id=1000 + i, now_ms=clock.now_ms(), fetching_brokers=(0, 1, 2))
-        with JobCounter(spark, "v2") as jobs:
+        with JobCounter(spark) as jobs:
             started = time.perf_counter()
             carried = v2_round(spark, storage, carried, (before, after), ctx, root, fetchers)
             took = time.perf_counter() - started

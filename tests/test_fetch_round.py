@@ -1,0 +1,63 @@
+"""One round's rules over a bucket (pipeline/control/fetch_round.py) without Spark: Arrow tables in
+and out, as the control job's tasks see them. Scenarios with exact numbers: an offline partition,
+the response limit across a request's partitions with rotation, the follow-up carrying the rest."""
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from pipeline.control.fetch_round import RoundContext, fetch_round
+from pipeline.control.state import PARTITION_STATE_SCHEMA, REQUEST_SUMMARY_SCHEMA
+
+STATE = to_arrow_schema(PARTITION_STATE_SCHEMA)
+REQUESTS = to_arrow_schema(REQUEST_SUMMARY_SCHEMA)
+
+
+def partition(p, leader=0, isr=(0, 1, 2), leo=10, last_data_round=(0, 0, 0), caught_up_ms=0):
+    return dict(topic="t", partition=p, bucket=0, leader=leader, leader_epoch=1, leader_epoch_start_offset=0,
+                partition_epoch=1, replicas=[0, 1, 2], isr=list(isr), high_watermark=leo, min_isr=1,
+                lag_time_max_ms=1000, log_start_offset=[0] * 3, log_end_offset=[leo] * 3,
+                replica_high_watermark=[leo] * 3, fetch_offset=[leo] * 3, last_fetch_time_ms=[caught_up_ms] * 3,
+                last_fetch_leader_leo=[leo] * 3, last_caught_up_time_ms=[caught_up_ms] * 3,
+                last_data_round=list(last_data_round))
+
+
+def request(request_id, p, count, size, acks=1, order=1):
+    return dict(request_id=request_id, topic="t", partition=p, bucket=0, append_order=order, record_count=count,
+                bytes=count * size, acks=acks, record_error=None, is_pending=False, base_offset=None,
+                last_offset=None)
+
+
+def run(partitions, requests, now=100, **limits):
+    out = fetch_round(pa.Table.from_pylist(partitions, schema=STATE), pa.Table.from_pylist(requests, schema=REQUESTS),
+                      RoundContext(round_id=3, now_ms=now, fetching_brokers=(0, 1, 2), **limits))
+    return {(r["topic"], r["partition"]): r for r in out.to_pylist()}
+
+
+def test_an_offline_partition_refuses_produce_and_keeps_its_hw_and_isr():
+    # no leader (-1): nobody fetches, nobody shrinks the ISR, the HW stays
+    out = run([partition(0, leader=-1, isr=(1,), caught_up_ms=0)], [request("r", 0, 2, 50)], now=99_999)[("t", 0)]
+    assert (out["isr"], out["high_watermark"], out["log_end_offset"]) == ([1], 10, [10, 10, 10])
+    assert [(r["status"], r["error_code"]) for r in out["results"]] == [("error", "NOT_LEADER_OR_FOLLOWER")]
+
+
+def test_the_response_limit_moves_partitions_that_returned_data_to_the_back_and_the_follow_up_takes_the_rest():
+    # three partitions led by 0, one batch of 300 bytes each; a response holds 500 bytes. Partition 2
+    # returned data in round 2, the others never, so it is at the back: the first response takes
+    # 0's batch (300), and 1's does not fit the 200 left, nor 2's. The follow-up response (0, which
+    # just returned data, now at the back) takes 1's, and 2's does not fit after it.
+    parts = [partition(0), partition(1), partition(2, last_data_round=(0, 2, 2))]
+    out = run(parts, [request("a", 0, 3, 100), request("b", 1, 3, 100), request("c", 2, 3, 100)],
+              response_max_bytes=500)
+    assert [out[("t", p)]["log_end_offset"] for p in range(3)] == [[13, 13, 13], [13, 13, 13], [13, 10, 10]]
+    # the HW moved over what the first response proved: partition 0 (the follow-up's fetch offset 13)
+    # and partition 1 (taken by the follow-up, proved at the next fetch): HW 13 and 10
+    assert [out[("t", p)]["high_watermark"] for p in range(3)] == [13, 10, 10]
+    assert [out[("t", p)]["records_replicated"] for p in range(3)] == [6, 6, 0]
+    assert [out[("t", p)]["is_settled"] for p in range(3)] == [True, False, False]
+
+
+def test_requests_to_one_partition_take_offsets_in_append_order():
+    out = run([partition(0)], [request("late", 0, 2, 10, order=5), request("early", 0, 3, 10, order=4)])[("t", 0)]
+    assert [(r["request_id"], r["base_offset"], r["last_offset"]) for r in out["results"]] == \
+        [("early", 10, 12), ("late", 13, 14)]
+    assert out["high_watermark"] == 15 and out["is_settled"]
