@@ -10,7 +10,7 @@ records:
 - round v2's active round (pipeline/round_v2.py): the new inbox rows (by Delta version)
   summarised, the partition state cogrouped with the summary by bucket and Kafka's rules run over
   each bucket in one task (pinned), the records numbered and written once per broker (three log
-  commits at once), then the changed partition rows and the results (two commits at once). Its
+  commits at once), then the changed partition rows with the results they answer (one commit). Its
   tables are its own, beside the cluster's. Not in it yet: the rules docs/design.md lists as not
   carried (controller, sessions, quotas, ...), which today's round runs every round.
 Medians over the rounds after the first two, Spark jobs per round counted from the status tracker.
@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock, get_spark
 from pipeline.control.fetch_round import RoundContext
-from pipeline.control_job import partition_state_from_tables
+from pipeline.control_job import partition_state_from_tables, produce_results
 from pipeline.round_v2 import RoundTables, run_active_round
 
 WARM_UP = 2
@@ -62,7 +62,7 @@ def v2_round(spark, storage, carried, versions: tuple[int, int], ctx: RoundConte
     spark.conf.set("spark.sql.shuffle.partitions", str(fetchers))  # a task per bucket
     inbox = storage.read_changes("inbox", versions[0], versions[1]).drop("_change_type", "_commit_timestamp")
     tables = RoundTables({b: os.path.join(root, "v2", f"log{b}") for b in range(3)},
-                         os.path.join(root, "v2", "partition_state"), os.path.join(root, "v2", "results"))
+                         os.path.join(root, "v2", "partition_state"))
     state, pending = carried
     out = run_active_round(state, inbox, pending, ctx, fetchers, tables,
                            lambda appends: storage.append_all(appends, ctx.round_id))
@@ -101,7 +101,7 @@ def bench(spark, root: str, partitions: int, records: int, rounds: int, fetchers
             old_jobs.append(old_count)
             new.append(took)
             new_jobs.append(jobs.jobs)
-    committed = spark.read.format("delta").load(os.path.join(root, "v2", "results")) \
+    committed = produce_results(spark.read.format("delta").load(os.path.join(root, "v2", "partition_state"))) \
         .filter(F.col("status") == "acked").count()
     o, n = statistics.median(old), statistics.median(new)
     logs = [spark.read.format("delta").load(os.path.join(root, "v2", f"log{b}")).count() for b in range(3)]

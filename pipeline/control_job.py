@@ -120,7 +120,8 @@ def _bucket_figures(out: pa.Table) -> dict:
         if len(fetches) else []
     return {"records_appended": pc.sum(out.column("records_appended")).as_py() or 0,
             "records_replicated": pc.sum(out.column("records_replicated")).as_py() or 0,
-            "results": len(pc.list_flatten(out.column("results"))), "brokers": set(leaders) | set(takers)}
+            "results": len(pc.list_flatten(out.column("results"))), "brokers": set(leaders) | set(takers),
+            "changed": pc.sum(out.column("is_changed")).as_py() or 0}
 
 
 def _bucket_rules(ctx: RoundContext, figures: Accumulator, state: pa.Table, requests: pa.Table) -> pa.Table:
@@ -133,20 +134,23 @@ def run_control_job(state_df: DataFrame, summary_df: DataFrame, ctx: RoundContex
     """The working set's partitions after the round (CONTROL_OUTPUT_SCHEMA), computed in one Spark
     job whose tasks are buckets, and pinned: every output of the round is read from it. With the
     round's figures, which its tasks send back with their results (an accumulator: no job of
-    their own): records_appended, records_replicated, results, and the brokers whose logs take rows."""
+    their own): records_appended, records_replicated, results, the brokers whose logs take rows,
+    and the rows that changed (`is_changed`)."""
     figures = state_df.sparkSession.sparkContext.accumulator({}, _Figures())
     requests = summary_df.select(*REQUEST_SUMMARY_SCHEMA.fieldNames())
     control = (state_df.groupBy("bucket").cogroup(requests.groupBy("bucket"))
                .applyInArrow(partial(_bucket_rules, ctx, figures), CONTROL_OUTPUT_SCHEMA)
                .localCheckpoint())
-    totals = {"records_appended": 0, "records_replicated": 0, "results": 0, "brokers": set()}
+    totals = {"records_appended": 0, "records_replicated": 0, "results": 0, "brokers": set(), "changed": 0}
     totals.update(figures.value)
     return control, totals
 
 
-def produce_results(control_df: DataFrame, round_id: int) -> DataFrame:
-    """The produce results of the round, one row per (request, partition) (the results table's rows)."""
-    return (control_df.select("topic", "partition", F.explode("results").alias("r"))
+def produce_results(partition_rows_df: DataFrame) -> DataFrame:
+    """The produce results in partition rows (the control job's, or the partition state table's),
+    one row per (request, partition), with the round that answered them (the results table's rows).
+    The round writes them nested in the partition rows, so a partition's new HW and the acks it
+    allows land in one commit."""
+    return (partition_rows_df.select("topic", "partition", "round_id", F.explode("results").alias("r"))
             .select(F.col("r.request_id").alias("request_id"), "topic", "partition", "r.base_offset", "r.last_offset",
-                    "r.record_count", "r.acks", "r.status", "r.error_code",
-                    F.lit(round_id).cast("long").alias("round_id")))
+                    "r.record_count", "r.acks", "r.status", "r.error_code", F.col("round_id").cast("long")))

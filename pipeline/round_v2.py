@@ -1,8 +1,8 @@
 """Round v2's active round for the path it covers so far (docs/design.md, "Round v2"): the control
 job, the records numbered and written once per broker, then the control outputs. Two commit
 waves, as DESIGN.md's step 5: the brokers' logs in parallel (one commit each); then the partition
-rows the round changed and the produce results, so a reader never finds an HW or an ack past what
-the logs hold. It runs beside today's round (jobs/bench_round_v2.py) until it carries every rule."""
+rows the round changed with the produce results they answer (one commit), so a reader never
+finds an HW or an ack past what the logs hold. It runs beside today's round (jobs/bench_round_v2.py) until it carries every rule."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ Appender = Callable[[list[tuple[DataFrame, str]]], None]
 
 @dataclass(frozen=True)
 class RoundTables:
-    """Where the round writes: each broker's log, the partition state rows, the results."""
+    """Where the round writes: each broker's log, and the partition rows it changed with the
+    produce results they answer (read them with control_job.produce_results)."""
 
     logs: dict[int, str]
     partition_state: str
-    results: str
 
 
 @dataclass(frozen=True)
@@ -43,13 +43,6 @@ class ActiveRound:
     records_replicated: int
     requests_answered: int
     phases: dict[str, float] = field(default_factory=dict)  # seconds on the driver, by phase
-
-
-def _changed(control_df: DataFrame) -> DataFrame:
-    """The partition rows a round must persist: records moved, the ISR changed, or not settled."""
-    moved = (F.col("records_appended") > 0) | (F.col("records_replicated") > 0)
-    isr = (F.col("isr_shrinks") > 0) | (F.col("isr_expands") > 0)
-    return control_df.filter(F.col("is_known") & (moved | isr | ~F.col("is_settled")))
 
 
 def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataFrame | None, ctx: RoundContext,
@@ -69,16 +62,15 @@ def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataF
                     for broker in sorted(figures["brokers"])])
         lap("commit logs")
     state = control.filter(F.col("is_known")).select(*PARTITION_STATE_SCHEMA.fieldNames())
-    answers = [(_changed(control).select(*PARTITION_STATE_SCHEMA.fieldNames(),
-                                         F.lit(ctx.round_id).cast("long").alias("round_id")), tables.partition_state)]
-    results = produce_results(control, ctx.round_id)
-    if figures["results"]:
-        answers.append((results, tables.results))
-    append_all(answers)
-    lap("commit state and results")
-    return ActiveRound(state, results.filter(F.col("status") == STATUS_PENDING).drop("round_id"),
-                       figures["records_appended"], figures["records_replicated"], figures["results"],
-                       lap.phases)
+    rows = control.withColumn("round_id", F.lit(ctx.round_id).cast("long"))
+    if figures["changed"]:  # the HWs and the acks they allow, in one commit after the logs'
+        append_all([(rows.filter(F.col("is_changed"))
+                     .select(*PARTITION_STATE_SCHEMA.fieldNames(), "is_known", "results", "round_id"),
+                     tables.partition_state)])
+    lap("commit partition rows")
+    pending = produce_results(rows).filter(F.col("status") == STATUS_PENDING).drop("round_id")
+    return ActiveRound(state, pending, figures["records_appended"], figures["records_replicated"],
+                       figures["results"], lap.phases)
 
 
 class _Laps:

@@ -45,7 +45,7 @@ def test_followers_whose_follow_up_catches_them_up_are_not_shrunk(spark):
     assert_df_equality(out.select(*[c.split()[0] for c in OUT.split(", ")]),
                        spark.createDataFrame([("t", 0, [0, 1, 2], 11, [11, 11, 11], 1, 0, 0, True)], OUT),
                        ignore_nullable=True)
-    assert_df_equality(produce_results(out, 7),
+    assert_df_equality(produce_results(out.withColumn("round_id", F.lit(7))),
                        spark.createDataFrame([("r1", "t", 0, 10, 10, 1, -1, "acked", None, 7)], RESULTS),
                        ignore_nullable=True)
 
@@ -73,7 +73,7 @@ def test_refused_requests_write_nothing_and_name_kafkas_error(spark):
     under_min = partition(p=1, isr=[0], leo=(10, 5, 5), caught_up_ms=0)
     out = round_of(spark, [partition(), under_min],
                    [("all", "t", 1, -1, 2), ("one", "t", 1, 1, 3), ("nope", "u", 4, 1, 1)], now=10)
-    assert_df_equality(produce_results(out, 7), spark.createDataFrame([
+    assert_df_equality(produce_results(out.withColumn("round_id", F.lit(7))), spark.createDataFrame([
         ("all", "t", 1, None, None, 2, -1, "error", "NOT_ENOUGH_REPLICAS", 7),
         ("one", "t", 1, 10, 12, 3, 1, "acked", None, 7),
         ("nope", "u", 4, None, None, 1, 1, "error", "UNKNOWN_TOPIC_OR_PARTITION", 7)], RESULTS),
@@ -114,7 +114,7 @@ def test_the_partition_state_of_todays_tables_gathers_each_replicas_row_in_repli
     # and the control job takes it as it is: an idle round keeps it settled
     out, figures = run_control_job(state, summarise_inbox(inbox(spark, []), 1),
                                    RoundContext(round_id=9, now_ms=1000, fetching_brokers=(0, 1, 2)))
-    assert figures == {"records_appended": 0, "records_replicated": 0, "results": 0, "brokers": set()}
+    assert figures == {"records_appended": 0, "records_replicated": 0, "results": 0, "brokers": set(), "changed": 0}
     out = out.first()
     assert out["high_watermark"] == 2 and out["is_settled"] and out["isr"] == replicas
 
@@ -127,4 +127,5 @@ def test_the_rounds_figures_come_back_with_the_control_jobs_tasks(spark):
                                  .withColumn("bucket", F.col("partition")),
                                  RoundContext(round_id=7, now_ms=10, fetching_brokers=(0, 1, 2)))
     # partition 0: 2 appended, follower 1 takes them (2 lags and reads the log); partition 1: 3 to both
-    assert figures == {"records_appended": 5, "records_replicated": 8, "results": 2, "brokers": {0, 1, 2}}
+    assert figures == {"records_appended": 5, "records_replicated": 8, "results": 2, "brokers": {0, 1, 2},
+                       "changed": 2}

@@ -6,6 +6,7 @@ from pyspark.sql import functions as F
 
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control.state import PARTITION_STATE_SCHEMA
+from pipeline.control_job import produce_results
 from pipeline.round_v2 import RoundTables, run_active_round
 from pipeline.schemas import INBOX_SCHEMA
 
@@ -22,6 +23,10 @@ def produced(spark, requests, version):
     return spark.createDataFrame(rows, INBOX_SCHEMA).withColumn("_commit_version", F.lit(version).cast("long"))
 
 
+def results_of(spark, tables):
+    return produce_results(spark.read.format("delta").load(tables.partition_state))
+
+
 def appender(tables):
     def append_all(appends):
         for df, path in appends:
@@ -35,8 +40,7 @@ def log(spark, path):
 
 
 def test_a_round_writes_each_record_once_per_replica_at_the_offsets_its_request_was_given(spark, tmp_path):
-    tables = RoundTables({b: str(tmp_path / f"log{b}") for b in range(3)}, str(tmp_path / "state"),
-                         str(tmp_path / "results"))
+    tables = RoundTables({b: str(tmp_path / f"log{b}") for b in range(3)}, str(tmp_path / "state"))
     state = spark.createDataFrame([empty_partition(0), empty_partition(1)], PARTITION_STATE_SCHEMA)
     # a request over two partitions, its records interleaved; then another to partition 0
     first = produced(spark, [("a", -1, [(0, "a0"), (1, "a1"), (0, "a2")]), ("b", 1, [(0, "b0")])], 1)
@@ -45,7 +49,7 @@ def test_a_round_writes_each_record_once_per_replica_at_the_offsets_its_request_
     expected = [(0, 0, "a0", 1), (0, 1, "a2", 1), (0, 2, "b0", 1), (1, 0, "a1", 1)]
     assert all(log(spark, tables.logs[b]) == expected for b in range(3))
     results = {(r["request_id"], r["partition"]): (r["base_offset"], r["last_offset"], r["status"])
-               for r in spark.read.format("delta").load(tables.results).collect()}
+               for r in results_of(spark, tables).collect()}
     assert results == {("a", 0): (0, 1, "acked"), ("a", 1): (0, 0, "acked"), ("b", 0): (2, 2, "acked")}
     # the next round starts from the carried state: offsets go on from each leader's LEO
     second = produced(spark, [("c", -1, [(1, "c0"), (1, "c1")])], 2)
@@ -56,11 +60,18 @@ def test_a_round_writes_each_record_once_per_replica_at_the_offsets_its_request_
     # only the partition the round moved is persisted again
     assert [r["partition"] for r in spark.read.format("delta").load(tables.partition_state)
             .filter("round_id = 2").collect()] == [1]
+    # an idle round of settled partitions writes nothing at all
+    versions = [len(spark.sql(f"DESCRIBE HISTORY delta.`{p}`").collect()) for p in (*tables.logs.values(),
+                                                                                    tables.partition_state)]
+    idle = run_active_round(out.state, produced(spark, [], 3), out.pending, RoundContext(3, 300, (0, 1, 2)), 1,
+                            tables, appender(tables))
+    assert (idle.records_appended, idle.records_replicated, idle.requests_answered) == (0, 0, 0)
+    assert versions == [len(spark.sql(f"DESCRIBE HISTORY delta.`{p}`").collect()) for p in (*tables.logs.values(),
+                                                                                            tables.partition_state)]
 
 
 def test_a_paused_follower_gets_nothing_and_the_hw_waits_for_it_while_it_is_in_the_isr(spark, tmp_path):
-    tables = RoundTables({b: str(tmp_path / f"log{b}") for b in range(3)}, str(tmp_path / "state"),
-                         str(tmp_path / "results"))
+    tables = RoundTables({b: str(tmp_path / f"log{b}") for b in range(3)}, str(tmp_path / "state"))
     state = spark.createDataFrame([empty_partition(0)], PARTITION_STATE_SCHEMA)
     out = run_active_round(state, produced(spark, [("a", -1, [(0, "x"), (0, "y")])], 1), None,
                            RoundContext(1, 100, (0, 1)), 1, tables, appender(tables))
@@ -69,7 +80,7 @@ def test_a_paused_follower_gets_nothing_and_the_hw_waits_for_it_while_it_is_in_t
     # broker 2 is still in the ISR (within replica.lag.time.max.ms): the HW waits for it, the ack too
     row = out.state.first()
     assert row["high_watermark"] == 0 and row["log_end_offset"] == [2, 2, 0] and row["isr"] == [0, 1, 2]
-    assert [r["status"] for r in spark.read.format("delta").load(tables.results).collect()] == ["pending"]
+    assert [r["status"] for r in results_of(spark, tables).collect()] == ["pending"]
     # its fetcher resumes: it takes the leader's log from its LEO (the data plane's range read, not
     # built yet: here it has the records already), the HW reaches 2, and the pending ack is answered
     spark.read.format("delta").load(tables.logs[0]).write.format("delta").mode("append").save(tables.logs[2])
@@ -77,5 +88,5 @@ def test_a_paused_follower_gets_nothing_and_the_hw_waits_for_it_while_it_is_in_t
     out = run_active_round(caught_up, produced(spark, [], 2), out.pending, RoundContext(2, 200, (0, 1, 2)), 1,
                            tables, appender(tables))
     assert out.state.first()["high_watermark"] == 2
-    final = spark.read.format("delta").load(tables.results).filter("round_id = 2").collect()
+    final = results_of(spark, tables).filter("round_id = 2").collect()
     assert [(r["request_id"], r["status"], r["base_offset"], r["last_offset"]) for r in final] == [("a", "acked", 0, 1)]

@@ -271,6 +271,8 @@ def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarr
         isr_shrinks=pa.array(shrunk.sum(axis=1), type=pa.int32()),
         isr_expands=pa.array(joined.sum(axis=1), type=pa.int32()),
         is_settled=pa.array(followers_settled & (hw == leo_new), type=pa.bool_()),
+        is_changed=pa.array((leo_new > leader_leo_before) | listed.any(axis=1) | (changes > 0) | (per_partition > 0)
+                            | (hw != parts.high_watermark) | ~(followers_settled & (hw == leo_new)), type=pa.bool_()),
     )
     out = pa.table([columns[f.name] for f in CONTROL_OUTPUT_SCHEMA_ARROW], schema=CONTROL_OUTPUT_SCHEMA_ARROW)
     # (Spark takes the output only in its own Arrow types: list fields named "element", non-null fields)
@@ -299,6 +301,7 @@ def _unknown_rows(appends: _Appends, results: pa.StructArray) -> pa.Table:
         bucket=table.column("bucket").take(pa.array(first)).combine_chunks(),
         replicas=pa.array([[]] * m, type=pa.list_(pa.int32())), isr=pa.array([[]] * m, type=pa.list_(pa.int32())),
         is_known=pa.array(np.zeros(m, dtype=bool)), is_settled=pa.array(np.ones(m, dtype=bool)),
+        is_changed=pa.array(np.ones(m, dtype=bool)),
         results=pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(np.bincount(inverse))].astype(np.int32)),
                                          results.take(pa.array(unknown[order]))),
         fetches=pa.array([[]] * m, type=CONTROL_OUTPUT_SCHEMA_ARROW.field("fetches").type))

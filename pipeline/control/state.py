@@ -81,6 +81,8 @@ CONTROL_OUTPUT_SCHEMA = StructType([
         ("isr_shrinks", IntegerType(), False),
         ("isr_expands", IntegerType(), False),
         ("is_settled", BooleanType(), False),  # every replica in the ISR at the leader's LEO, HW = LEO
+        # the row must be persisted: records moved, the ISR or HW changed, not settled, or it has results
+        ("is_changed", BooleanType(), False),
     ),
 ])
 
