@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from functools import partial
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.accumulators import Accumulator, AccumulatorParam
@@ -116,12 +117,16 @@ def _bucket_figures(out: pa.Table) -> dict:
     appended = pc.greater(out.column("records_appended"), 0)
     leaders = pc.filter(out.column("leader"), appended).to_pylist()
     fetches = pc.list_flatten(out.column("fetches"))
-    takers = pc.filter(pc.struct_field(fetches, "broker"), pc.struct_field(fetches, "from_batch")).to_pylist() \
-        if len(fetches) else []
+    takers = pc.struct_field(fetches, "broker").to_pylist() if len(fetches) else []
+    lagging = pc.invert(pc.struct_field(fetches, "from_batch")) if len(fetches) else pa.array([], pa.bool_())
+    rows_of_fetch = pc.list_value_length(out.column("fetches")).to_numpy(zero_copy_only=False)
+    leader_of_fetch = np.repeat(out.column("leader").to_numpy(zero_copy_only=False), rows_of_fetch)
     return {"records_appended": pc.sum(out.column("records_appended")).as_py() or 0,
             "records_replicated": pc.sum(out.column("records_replicated")).as_py() or 0,
             "results": len(pc.list_flatten(out.column("results"))), "brokers": set(leaders) | set(takers),
-            "changed": pc.sum(out.column("is_changed")).as_py() or 0}
+            "changed": pc.sum(out.column("is_changed")).as_py() or 0,
+            "lagging": pc.sum(lagging).as_py() or 0,
+            "lagging_leaders": set(leader_of_fetch[lagging.to_numpy(zero_copy_only=False)].tolist())}
 
 
 def _bucket_rules(ctx: RoundContext, figures: Accumulator, state: pa.Table, requests: pa.Table) -> pa.Table:
@@ -135,13 +140,15 @@ def run_control_job(state_df: DataFrame, summary_df: DataFrame, ctx: RoundContex
     job whose tasks are buckets, and pinned: every output of the round is read from it. With the
     round's figures, which its tasks send back with their results (an accumulator: no job of
     their own): records_appended, records_replicated, results, the brokers whose logs take rows,
-    and the rows that changed (`is_changed`)."""
+    the rows that changed (`is_changed`), and the fetches that read a leader's log (`lagging`) with
+    those leaders."""
     figures = state_df.sparkSession.sparkContext.accumulator({}, _Figures())
     requests = summary_df.select(*REQUEST_SUMMARY_SCHEMA.fieldNames())
     control = (state_df.groupBy("bucket").cogroup(requests.groupBy("bucket"))
                .applyInArrow(partial(_bucket_rules, ctx, figures), CONTROL_OUTPUT_SCHEMA)
                .localCheckpoint())
-    totals = {"records_appended": 0, "records_replicated": 0, "results": 0, "brokers": set(), "changed": 0}
+    totals = {"records_appended": 0, "records_replicated": 0, "results": 0, "brokers": set(), "changed": 0,
+              "lagging": 0, "lagging_leaders": set()}
     totals.update(figures.value)
     return control, totals
 

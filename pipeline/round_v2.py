@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import Callable
 
 from pyspark.sql import DataFrame
@@ -18,6 +19,7 @@ from pipeline.control.state import PARTITION_STATE_SCHEMA
 from pipeline.acks import STATUS_PENDING
 from pipeline.control_job import pending_requests, produce_results, run_control_job, summarise_inbox
 from pipeline.data.append import log_rows
+from pipeline.data.catch_up import lagging_ranges, read_lagging_ranges, with_ranges_read
 from pipeline.schemas import LOG_SCHEMA
 
 __all__ = ["RoundTables", "ActiveRound", "run_active_round"]
@@ -55,8 +57,18 @@ def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataF
         summary = summary.unionByName(pending_requests(pending_df, fetchers))
     control, figures = run_control_job(state_df, summary, ctx)
     lap("control job")
-    if figures["records_appended"]:
-        rows = log_rows(inbox_df, control).localCheckpoint()  # the batch, pinned once, for every broker
+    batches = [log_rows(inbox_df, control)] if figures["records_appended"] else []
+    if figures["lagging"]:  # followers behind before the round read their leaders' logs
+        spark = state_df.sparkSession
+        read = read_lagging_ranges(lagging_ranges(control), sorted(figures["lagging_leaders"]),
+                                   lambda broker: spark.read.format("delta").load(tables.logs[broker]),
+                                   ctx.partition_max_bytes).localCheckpoint()
+        control = with_ranges_read(control, read, ctx.round_id).localCheckpoint()
+        figures["records_replicated"] += read.count()  # (a job in such rounds only)
+        batches.append(read)
+        lap("read lagging ranges")
+    if batches:
+        rows = reduce(DataFrame.unionByName, batches).localCheckpoint()  # pinned once, for every broker
         lap("number records")
         append_all([(rows.filter(F.col("broker") == broker).select(*LOG_SCHEMA.fieldNames()), tables.logs[broker])
                     for broker in sorted(figures["brokers"])])

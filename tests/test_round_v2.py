@@ -81,12 +81,37 @@ def test_a_paused_follower_gets_nothing_and_the_hw_waits_for_it_while_it_is_in_t
     row = out.state.first()
     assert row["high_watermark"] == 0 and row["log_end_offset"] == [2, 2, 0] and row["isr"] == [0, 1, 2]
     assert [r["status"] for r in results_of(spark, tables).collect()] == ["pending"]
-    # its fetcher resumes: it takes the leader's log from its LEO (the data plane's range read, not
-    # built yet: here it has the records already), the HW reaches 2, and the pending ack is answered
-    spark.read.format("delta").load(tables.logs[0]).write.format("delta").mode("append").save(tables.logs[2])
-    caught_up = out.state.withColumn("log_end_offset", F.array(*[F.lit(2).cast("long")] * 3))
-    out = run_active_round(caught_up, produced(spark, [], 2), out.pending, RoundContext(2, 200, (0, 1, 2)), 1,
+    # its fetcher resumes: behind the leader's LEO, it reads the leader's log from its LEO and writes
+    # both records; the leader learns that at its next fetch, which moves the HW and answers the ack
+    out = run_active_round(out.state, produced(spark, [], 2), out.pending, RoundContext(2, 200, (0, 1, 2)), 1,
+                           tables, appender(tables))
+    assert log(spark, tables.logs[2]) == [(0, 0, "x", 1), (0, 1, "y", 1)]
+    row = out.state.first()
+    assert (row["log_end_offset"], row["high_watermark"], out.records_replicated) == ([2, 2, 2], 0, 2)
+    out = run_active_round(out.state, produced(spark, [], 3), out.pending, RoundContext(3, 300, (0, 1, 2)), 1,
                            tables, appender(tables))
     assert out.state.first()["high_watermark"] == 2
-    final = results_of(spark, tables).filter("round_id = 2").collect()
+    final = results_of(spark, tables).filter("round_id = 3").collect()
     assert [(r["request_id"], r["status"], r["base_offset"], r["last_offset"]) for r in final] == [("a", "acked", 0, 1)]
+
+
+def test_a_lagging_follower_reads_within_the_partition_limit_at_least_one_record(spark, tmp_path):
+    tables = RoundTables({b: str(tmp_path / f"log{b}") for b in range(3)}, str(tmp_path / "state"))
+    state = spark.createDataFrame([empty_partition(0)], PARTITION_STATE_SCHEMA)
+    records = [(0, "v" * 40) for _ in range(5)]  # 61 bytes each with the record overhead
+    out = run_active_round(state, produced(spark, [("a", 1, records)], 1), None, RoundContext(1, 100, (0, 1)), 1,
+                           tables, appender(tables))
+    # broker 2 comes back 5 records behind; 130 bytes a partition let it read 2 records a round
+    ctx = dict(fetching_brokers=(0, 1, 2), partition_max_bytes=130)
+    out = run_active_round(out.state, produced(spark, [], 2), None, RoundContext(2, 200, **ctx), 1, tables,
+                           appender(tables))
+    assert [o for _, o, _, _ in log(spark, tables.logs[2])] == [0, 1]
+    out = run_active_round(out.state, produced(spark, [], 3), None, RoundContext(3, 300, **ctx), 1, tables,
+                           appender(tables))
+    assert [o for _, o, _, _ in log(spark, tables.logs[2])] == [0, 1, 2, 3]
+    # a limit below one record still moves one
+    out = run_active_round(out.state, produced(spark, [], 4), None,
+                           RoundContext(4, 400, fetching_brokers=(0, 1, 2), partition_max_bytes=10), 1, tables,
+                           appender(tables))
+    assert [o for _, o, _, _ in log(spark, tables.logs[2])] == [0, 1, 2, 3, 4]
+    assert out.state.first()["log_end_offset"] == [5, 5, 5]
