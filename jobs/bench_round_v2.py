@@ -113,6 +113,45 @@ def bench(spark, root: str, partitions: int, records: int, rounds: int, fetchers
             "today_rounds_s": old, "v2_rounds_s": new, "v2_requests_acked": committed}
 
 
+def throughput(spark, root: str, partitions: int, records: int, fetchers: int) -> dict:
+    """One bulk produce of `records` 100-byte values into `partitions` partitions, replicated by one
+    v2 round (RF 3), against one raw Delta append of the same rows, run before and after it."""
+    clock = ManualClock(start_ms=0)
+    cluster = Cluster.create(spark, root, brokers=3, clock=clock)
+    cluster.create_topic("bulk", partitions=partitions, replication_factor=3)
+    cluster.run_round()
+    storage = cluster.storage
+    carried = (partition_state_from_tables(storage.read("partitions"), storage.read("replica_state"), fetchers,
+                                           min_isr=1, lag_time_max_ms=30_000).localCheckpoint(), None)
+    before = storage.version("inbox")
+    cluster.produce("bulk", spark.range(records).select(F.expr("repeat('v', 100)").alias("value")), acks="all")
+    after = storage.version("inbox")
+    rows = storage.read_changes("inbox", before, after).select("topic", "partition", "record_index", "timestamp",
+                                                                 "key", "value")
+
+    def raw_append(n: int) -> float:
+        started = time.perf_counter()
+        rows.write.format("delta").mode("append").save(os.path.join(root, f"raw{n}"))
+        return time.perf_counter() - started
+
+    raw = [raw_append(0)]
+    clock.advance(100)
+    ctx = RoundContext(round_id=1, now_ms=clock.now_ms(), fetching_brokers=(0, 1, 2))
+    with JobCounter(spark) as jobs:
+        started = time.perf_counter()
+        state, _ = v2_round(spark, storage, carried, (before, after), ctx, root, fetchers)
+        took = time.perf_counter() - started
+    raw.append(raw_append(1))
+    logs = [spark.read.format("delta").load(os.path.join(root, "v2", f"log{b}")).count() for b in range(3)]
+    megabytes = records * 100 / 1e6
+    raw_s = statistics.median(raw)
+    return {"records": records, "partitions": partitions, "v2_round_s": took, "v2_jobs": jobs.jobs,
+            "v2_phase_s": PHASES[-1], "raw_append_s": raw, "v2_records_per_s": records / took,
+            "v2_mb_per_s": megabytes / took, "raw_records_per_s": records / raw_s, "raw_mb_per_s": megabytes / raw_s,
+            "v2_share_of_raw": raw_s / took, "v2_log_rows_per_broker": logs,
+            "hw_sum": state.agg(F.sum("high_watermark")).first()[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=100)
@@ -120,20 +159,36 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--fetchers", type=int, default=2, help="v2's buckets (num.replica.fetchers)")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--throughput", type=int, default=0, metavar="RECORDS",
+                        help="instead: one bulk produce of RECORDS replicated by one v2 round against a raw append")
     args = parser.parse_args()
     spark = get_spark(app_name="replog-bench-control", extra={"spark.sql.shuffle.partitions": "2"})
-    scratch = tempfile.mkdtemp(prefix="replog-bench-control-")
+    scratch = tempfile.mkdtemp(prefix="replog-bench-round-v2-")
     try:
-        result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Spark {spark.version}",
-                  "args": vars(args),
-                  **bench(spark, os.path.join(scratch, "cluster"), args.partitions, args.records, args.rounds,
-                          args.fetchers)}
+        if args.throughput:
+            result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Spark {spark.version}",
+                      "args": vars(args),
+                      **throughput(spark, os.path.join(scratch, "cluster"), args.partitions, args.throughput,
+                                   args.fetchers)}
+        else:
+            result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Spark {spark.version}",
+                      "args": vars(args),
+                      **bench(spark, os.path.join(scratch, "cluster"), args.partitions, args.records, args.rounds,
+                              args.fetchers)}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"P = {args.partitions}, {args.records} records a round: today's round {result['today_round_median_s']:.2f} s "
-          f"({result['today_jobs_median']:.0f} jobs), v2 round {result['v2_round_median_s']:.2f} s "
-          f"({result['v2_jobs_median']:.0f} jobs), {result['ratio_v2_over_today']:.2f}x")
-    out = args.out or f"benchmarks/round_v2_p{args.partitions}.json"
+    if args.throughput:
+        print(f"{args.throughput} records into {args.partitions} partitions: v2 round {result['v2_round_s']:.2f} s "
+              f"({result['v2_records_per_s']:.0f} records/s, {result['v2_mb_per_s']:.1f} MB/s), raw append "
+              f"{statistics.median(result['raw_append_s']):.2f} s ({result['raw_records_per_s']:.0f} records/s), "
+              f"v2 at {100 * result['v2_share_of_raw']:.0f}% of raw")
+        out = args.out or f"benchmarks/round_v2_throughput_{args.throughput}.json"
+    else:
+        print(f"P = {args.partitions}, {args.records} records a round: today's round "
+              f"{result['today_round_median_s']:.2f} s ({result['today_jobs_median']:.0f} jobs), v2 round "
+              f"{result['v2_round_median_s']:.2f} s ({result['v2_jobs_median']:.0f} jobs), "
+              f"{result['ratio_v2_over_today']:.2f}x")
+        out = args.out or f"benchmarks/round_v2_p{args.partitions}.json"
     with open(out, "w") as f:
         json.dump(result, f, indent=2)
     print(f"wrote {out}")
