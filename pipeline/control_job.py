@@ -125,6 +125,7 @@ def _bucket_figures(out: pa.Table) -> dict:
             "records_replicated": pc.sum(out.column("records_replicated")).as_py() or 0,
             "results": len(pc.list_flatten(out.column("results"))), "brokers": set(leaders) | set(takers),
             "changed": pc.sum(out.column("is_changed")).as_py() or 0,
+            "unsettled": pc.sum(pc.invert(out.column("is_settled"))).as_py() or 0,
             "lagging": pc.sum(lagging).as_py() or 0,
             "lagging_leaders": set(leader_of_fetch[lagging.to_numpy(zero_copy_only=False)].tolist())}
 
@@ -140,15 +141,15 @@ def run_control_job(state_df: DataFrame, summary_df: DataFrame, ctx: RoundContex
     job whose tasks are buckets, and pinned: every output of the round is read from it. With the
     round's figures, which its tasks send back with their results (an accumulator: no job of
     their own): records_appended, records_replicated, results, the brokers whose logs take rows,
-    the rows that changed (`is_changed`), and the fetches that read a leader's log (`lagging`) with
-    those leaders."""
+    the rows that changed (`is_changed`), the partitions not settled (`unsettled`), and the fetches
+    that read a leader's log (`lagging`) with those leaders."""
     figures = state_df.sparkSession.sparkContext.accumulator({}, _Figures())
     requests = summary_df.select(*REQUEST_SUMMARY_SCHEMA.fieldNames())
     control = (state_df.groupBy("bucket").cogroup(requests.groupBy("bucket"))
                .applyInArrow(partial(_bucket_rules, ctx, figures), CONTROL_OUTPUT_SCHEMA)
                .localCheckpoint())
     totals = {"records_appended": 0, "records_replicated": 0, "results": 0, "brokers": set(), "changed": 0,
-              "lagging": 0, "lagging_leaders": set()}
+              "unsettled": 0, "lagging": 0, "lagging_leaders": set()}
     totals.update(figures.value)
     return control, totals
 

@@ -44,6 +44,9 @@ class ActiveRound:
     records_appended: int
     records_replicated: int
     requests_answered: int
+    # partitions not settled after it (a replica outside the ISR or behind, or HW < LEO): with
+    # none, and no new inbox rows or pending requests, the next round has nothing to do (idle)
+    unsettled: int
     phases: dict[str, float] = field(default_factory=dict)  # seconds on the driver, by phase
 
 
@@ -82,7 +85,7 @@ def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataF
     lap("commit partition rows")
     pending = produce_results(rows).filter(F.col("status") == STATUS_PENDING).drop("round_id")
     return ActiveRound(state, pending, figures["records_appended"], figures["records_replicated"],
-                       figures["results"], lap.phases)
+                       figures["results"], figures["unsettled"], lap.phases)
 
 
 class _Laps:

@@ -115,7 +115,7 @@ def test_the_partition_state_of_todays_tables_gathers_each_replicas_row_in_repli
     out, figures = run_control_job(state, summarise_inbox(inbox(spark, []), 1),
                                    RoundContext(round_id=9, now_ms=1000, fetching_brokers=(0, 1, 2)))
     assert figures == {"records_appended": 0, "records_replicated": 0, "results": 0, "brokers": set(), "changed": 0,
-                       "lagging": 0, "lagging_leaders": set()}
+                       "unsettled": 0, "lagging": 0, "lagging_leaders": set()}
     out = out.first()
     assert out["high_watermark"] == 2 and out["is_settled"] and out["isr"] == replicas
 
@@ -129,4 +129,4 @@ def test_the_rounds_figures_come_back_with_the_control_jobs_tasks(spark):
                                  RoundContext(round_id=7, now_ms=10, fetching_brokers=(0, 1, 2)))
     # partition 0: 2 appended, follower 1 takes them (2 lags and reads the log); partition 1: 3 to both
     assert figures == {"records_appended": 5, "records_replicated": 8, "results": 2, "brokers": {0, 1, 2},
-                       "changed": 2, "lagging": 1, "lagging_leaders": {0}}
+                       "changed": 2, "unsettled": 1, "lagging": 1, "lagging_leaders": {0}}

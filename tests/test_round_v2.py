@@ -65,7 +65,7 @@ def test_a_round_writes_each_record_once_per_replica_at_the_offsets_its_request_
                                                                                     tables.partition_state)]
     idle = run_active_round(out.state, produced(spark, [], 3), out.pending, RoundContext(3, 300, (0, 1, 2)), 1,
                             tables, appender(tables))
-    assert (idle.records_appended, idle.records_replicated, idle.requests_answered) == (0, 0, 0)
+    assert (idle.records_appended, idle.records_replicated, idle.requests_answered, idle.unsettled) == (0, 0, 0, 0)
     assert versions == [len(spark.sql(f"DESCRIBE HISTORY delta.`{p}`").collect()) for p in (*tables.logs.values(),
                                                                                             tables.partition_state)]
 
@@ -86,6 +86,7 @@ def test_a_paused_follower_gets_nothing_and_the_hw_waits_for_it_while_it_is_in_t
     out = run_active_round(out.state, produced(spark, [], 2), out.pending, RoundContext(2, 200, (0, 1, 2)), 1,
                            tables, appender(tables))
     assert log(spark, tables.logs[2]) == [(0, 0, "x", 1), (0, 1, "y", 1)]
+    assert out.unsettled == 1  # the HW is behind the LEO until the leader learns it
     row = out.state.first()
     assert (row["log_end_offset"], row["high_watermark"], out.records_replicated) == ([2, 2, 2], 0, 2)
     out = run_active_round(out.state, produced(spark, [], 3), out.pending, RoundContext(3, 300, (0, 1, 2)), 1,
