@@ -71,12 +71,20 @@ def _producer_fields_disagree() -> Column:
     return ~agree
 
 
+# A request's records for a partition form record batches of the records whose index in the request
+# falls in one span of this many (a Kafka producer bounds its batches by batch.size, 16 KB by
+# default): a fetch response takes whole batches, so a bulk request must not be one batch larger
+# than replica.fetch.max.bytes. 100-byte records into one partition: batches of ~124 KB.
+BATCH_INDEX_SPAN = 1024
+
+
 def summarise_inbox(inbox_df: DataFrame, fetchers: int) -> DataFrame:
-    """The new inbox rows (with `_commit_version`) reduced to one row per (request, partition): its
-    records' count and bytes and the first error of their own checks (REQUEST_SUMMARY_SCHEMA).
-    Small whatever the batch: the records stay where they are."""
+    """The new inbox rows (with `_commit_version`) reduced to one row per record batch (request,
+    partition, span of record indexes): its records' count and bytes and whether their own checks
+    failed (REQUEST_SUMMARY_SCHEMA). Small whatever the round's size: the records stay where they are."""
+    batch = F.floor(F.col("record_index") / BATCH_INDEX_SPAN).cast("long").alias("batch")
     return (
-        inbox_df.groupBy("request_id", "topic", "partition")
+        inbox_df.groupBy("request_id", "topic", "partition", batch)
         .agg(F.min("_commit_version").cast("long").alias("append_order"),
              F.count(F.lit(1)).alias("record_count"),
              F.sum(record_size(F.col("key"), F.col("value"))).cast("long").alias("bytes"),
@@ -84,7 +92,7 @@ def summarise_inbox(inbox_df: DataFrame, fetchers: int) -> DataFrame:
              F.max(_producer_fields_disagree()).alias("_bad_fields"))
         .select("request_id", "topic", "partition",
                 fetcher_bucket(F.col("topic"), F.col("partition"), fetchers).alias("bucket"),
-                "append_order", "record_count", "bytes", "acks",
+                "append_order", "batch", "record_count", "bytes", "acks",
                 F.when(F.col("_bad_fields"), F.lit(ErrorCode.INVALID_RECORD)).alias("record_error"),
                 F.lit(False).alias("is_pending"), F.lit(None).cast("long").alias("base_offset"),
                 F.lit(None).cast("long").alias("last_offset"))
@@ -96,7 +104,8 @@ def pending_requests(results_df: DataFrame, fetchers: int) -> DataFrame:
     pending), as inbox summary rows that carry their offsets (REQUEST_SUMMARY_SCHEMA)."""
     return results_df.select(
         "request_id", "topic", "partition", fetcher_bucket(F.col("topic"), F.col("partition"), fetchers).alias("bucket"),
-        F.lit(0).cast("long").alias("append_order"), "record_count", F.lit(0).cast("long").alias("bytes"), "acks",
+        F.lit(0).cast("long").alias("append_order"), F.lit(0).cast("long").alias("batch"), "record_count",
+        F.lit(0).cast("long").alias("bytes"), "acks",
         F.lit(None).cast("string").alias("record_error"), F.lit(True).alias("is_pending"), "base_offset", "last_offset")
 
 

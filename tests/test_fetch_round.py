@@ -21,8 +21,9 @@ def partition(p, leader=0, isr=(0, 1, 2), leo=10, last_data_round=(0, 0, 0), cau
                 last_data_round=list(last_data_round))
 
 
-def request(request_id, p, count, size, acks=1, order=1):
-    return dict(request_id=request_id, topic="t", partition=p, bucket=0, append_order=order, record_count=count,
+def request(request_id, p, count, size, acks=1, order=1, batch=0):
+    return dict(request_id=request_id, topic="t", partition=p, bucket=0, append_order=order, batch=batch,
+                record_count=count,
                 bytes=count * size, acks=acks, record_error=None, is_pending=False, base_offset=None,
                 last_offset=None)
 
@@ -61,3 +62,25 @@ def test_requests_to_one_partition_take_offsets_in_append_order():
     assert [(r["request_id"], r["base_offset"], r["last_offset"]) for r in out["results"]] == \
         [("early", 10, 12), ("late", 13, 14)]
     assert out["high_watermark"] == 15 and out["is_settled"]
+
+
+def test_a_requests_batches_take_consecutive_offsets_and_answer_as_one_result():
+    # request "a" has two batches in partition 0 (its records 0-1023 and 1024-...), "b" one between
+    # them in append order; a response limit of one batch a fetch: the follow-up takes the second
+    batches = [request("a", 0, 4, 100, acks=-1, batch=1), request("a", 0, 3, 100, acks=-1, batch=0),
+               request("b", 0, 2, 100, order=2)]
+    out = run([partition(0)], batches, partition_max_bytes=350)[("t", 0)]
+    assert [(r["request_id"], r["base_offset"], r["last_offset"], r["record_count"], r["status"])
+            for r in out["results"]] == [("a", 10, 16, 7, "pending"), ("b", 17, 18, 2, "acked")]
+    # first response: a's first batch (300 bytes), the follow-up's: its second (400, over the limit
+    # but a response's first batch); the HW moved over what the follow-up's fetch offset proved
+    assert (out["log_end_offset"], out["high_watermark"]) == ([19, 17, 17], 13)
+
+
+def test_a_refused_batch_refuses_its_whole_request_in_that_partition():
+    batches = [dict(request("a", 0, 3, 100, batch=0), record_error="INVALID_RECORD"), request("a", 0, 2, 100, batch=1),
+               request("b", 0, 1, 100, order=2)]
+    out = run([partition(0)], batches)[("t", 0)]
+    assert [(r["request_id"], r["base_offset"], r["status"], r["error_code"]) for r in out["results"]] == \
+        [("a", None, "error", "INVALID_RECORD"), ("b", 10, "acked", None)]
+    assert out["log_end_offset"] == [11, 11, 11]

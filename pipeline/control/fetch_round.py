@@ -121,7 +121,7 @@ class _Appends:
             .to_numpy(zero_copy_only=False).astype(np.int64) if requests.num_rows else np.zeros(0, dtype=np.int64)
         keyed = requests.append_column("_index", pa.array(index, type=pa.int64()))
         order = pc.sort_indices(keyed, sort_keys=[("_index", "ascending"), ("append_order", "ascending"),
-                                                  ("request_id", "ascending")]).to_numpy()
+                                                  ("request_id", "ascending"), ("batch", "ascending")]).to_numpy()
         self.table = requests.take(pa.array(order, type=pa.int64()))
         self.index = index[order]
         self.known = self.index >= 0
@@ -131,11 +131,21 @@ class _Appends:
         self.bytes = _np(self.table, "bytes").astype(np.int64)
         self.acks = _np(self.table, "acks").astype(np.int64)
         pending = _np(self.table, "is_pending").astype(bool)
+        # a (request, partition)'s batches are consecutive rows: it is accepted or refused whole
+        request_id = _np(self.table, "request_id").astype(object)
+        starts = np.r_[True, (self.index[1:] != self.index[:-1]) | (request_id[1:] != request_id[:-1])] \
+            if len(order) else np.zeros(0, dtype=bool)
+        self.part = np.cumsum(starts) - 1  # the (request, partition) of each batch
+        self.part_first = np.flatnonzero(starts)
+        self.part_last = np.r_[self.part_first[1:] - 1, len(order) - 1].astype(np.int64) if len(order) else starts
+        record_error = _np(self.table, "record_error").astype(object)
+        failed = np.flatnonzero(record_error != None)  # noqa: E711 (element-wise)
+        part_error = np.full(len(self.part_first), None, dtype=object)
+        part_error[self.part[failed]] = record_error[failed]
         isr_size = parts.in_isr.sum(axis=1)
         leader = parts.leader[at] if len(parts.leader) else np.zeros(len(at), dtype=np.int32)
         error = produce_error(self.known, leader, self.acks, isr_size[at] if len(isr_size) else at,
-                              parts.min_isr[at] if len(parts.min_isr) else at,
-                              _np(self.table, "record_error").astype(object))
+                              parts.min_isr[at] if len(parts.min_isr) else at, part_error[self.part])
         self.error = np.where(pending, None, error).astype(object)
         self.accepted = ~pending & (self.error == None)  # noqa: E711 (element-wise)
         base, self.leader_leo = assign_base_offsets(at, self.count, self.accepted, parts.leader_leo)
@@ -232,16 +242,21 @@ def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarr
     status, code = acks_rule.request_status(appends.error, appends.acks, appends.last, hw[appends.at],
                                             isr_size[appends.at] if n else appends.at,
                                             parts.min_isr[appends.at] if n else appends.at)
-    offsets = appends.accepted | _np(appends.table, "is_pending").astype(bool)
+    # one result per (request, partition): its first batch's base offset, its last batch's last
+    # offset and status (the acks wait for the whole request), its records
+    first, last = appends.part_first, appends.part_last
+    offsets = (appends.accepted | _np(appends.table, "is_pending").astype(bool))[first]
     results = pa.StructArray.from_arrays(
-        [appends.table.column("request_id").combine_chunks(),
-         pa.array(np.where(offsets, appends.base, None), type=pa.int64()),
-         pa.array(np.where(offsets, appends.last, None), type=pa.int64()),
-         pa.array(appends.count, type=pa.int64()), pa.array(appends.acks, type=pa.int32()),
-         pa.array(status, type=pa.string()), pa.array(code, type=pa.string())],
+        [appends.table.column("request_id").combine_chunks().take(pa.array(first, type=pa.int64())),
+         pa.array(np.where(offsets, appends.base[first], None), type=pa.int64()),
+         pa.array(np.where(offsets, appends.last[last], None), type=pa.int64()),
+         pa.array(np.bincount(appends.part, weights=appends.count, minlength=len(first)).astype(np.int64)
+                  if len(first) else first, type=pa.int64()),
+         pa.array(appends.acks[first], type=pa.int32()),
+         pa.array(status[last], type=pa.string()), pa.array(code[last], type=pa.string())],
         fields=list(CONTROL_OUTPUT_SCHEMA_ARROW.field("results").type.value_type))
-    known = appends.known
-    per_partition = np.bincount(appends.index[known], minlength=n) if n else np.zeros(0, dtype=np.int64)
+    known = appends.known[first]
+    per_partition = np.bincount(appends.index[first][known], minlength=n) if n else np.zeros(0, dtype=np.int64)
     result_offsets = np.r_[0, np.cumsum(per_partition)].astype(np.int32)
     from_batch = fetched & ~lagging & (leo_after > own_leo)
     listed = from_batch | lagging
@@ -281,10 +296,10 @@ def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarr
 
 def _unknown_rows(appends: _Appends, results: pa.StructArray) -> pa.Table:
     """A row per unknown (topic, partition) of the requests, carrying their results only."""
-    unknown = np.flatnonzero(~appends.known)
+    unknown = np.flatnonzero(~appends.known[appends.part_first])  # (request, partition)s, as `results`
     if len(unknown) == 0:
         return CONTROL_OUTPUT_SCHEMA_ARROW.empty_table()
-    table = appends.table.take(pa.array(unknown))
+    table = appends.table.take(pa.array(appends.part_first[unknown], type=pa.int64()))
     keys, first, inverse = np.unique(_keys(table).to_numpy(zero_copy_only=False), return_index=True,
                                      return_inverse=True)
     order = np.argsort(inverse, kind="stable")

@@ -38,15 +38,18 @@ PARTITION_STATE_SCHEMA = StructType([
              *[(name, _LONGS, False) for name in REPLICA_ARRAYS]),
 ])
 
-# the inbox summarised (DESIGN.md, "Round v2", 2): a (request, partition)'s record count and bytes,
-# and the first error its records' own checks found; pending requests (acks=all, appended in an
-# earlier round) come with their offsets
+# the inbox summarised (DESIGN.md, "Round v2", 2): a record batch's count and bytes (one row per
+# (request, partition, batch)), and the error its records' own checks found; pending requests
+# (acks=all, appended in an earlier round) come as one row each with their offsets
 REQUEST_SUMMARY_SCHEMA = StructType(_fields(
     ("request_id", StringType(), False),
     ("topic", StringType(), False),
     ("partition", IntegerType(), True),
     ("bucket", IntegerType(), False),
     ("append_order", LongType(), False),  # inbox commit version, then request id
+    # a record batch of the request's records for the partition (control_job.BATCH_INDEX_SPAN), in
+    # offset order: a request's batches take consecutive offsets, a response takes whole batches
+    ("batch", LongType(), False),
     ("record_count", LongType(), False),
     ("bytes", LongType(), False),
     ("acks", IntegerType(), False),
