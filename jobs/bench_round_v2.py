@@ -61,7 +61,10 @@ class JobCounter:
 
 def v2_round(spark, storage, carried, versions: tuple[int, int], ctx: RoundContext, root: str, fetchers: int):
     spark.conf.set("spark.sql.shuffle.partitions", str(fetchers))  # a task per bucket
-    inbox = storage.read_changes("inbox", versions[0], versions[1]).drop("_change_type", "_commit_timestamp")
+    if versions[1] > versions[0]:
+        inbox = storage.read_changes("inbox", versions[0], versions[1]).drop("_change_type", "_commit_timestamp")
+    else:  # no new inbox rows
+        inbox = storage.read("inbox").limit(0).withColumn("_commit_version", F.lit(0).cast("long"))
     tables = RoundTables({b: os.path.join(root, "v2", f"log{b}") for b in range(3)},
                          os.path.join(root, "v2", "partition_state"))
     state, pending = carried
