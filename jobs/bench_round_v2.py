@@ -74,14 +74,22 @@ def v2_round(spark, storage, carried, versions: tuple[int, int], ctx: RoundConte
     return out.state, out.pending
 
 
-def bench(spark, root: str, partitions: int, records: int, rounds: int, fetchers: int) -> dict:
+def new_cluster(spark, root: str, topic: str, partitions: int, fetchers: int):
+    """A cluster of 3 brokers with one topic (RF 3) after its first round, and the v2 round's carry:
+    the partition state of its tables, no pending requests."""
     clock = ManualClock(start_ms=0)
     cluster = Cluster.create(spark, root, brokers=3, clock=clock)
-    cluster.create_topic("bench", partitions=partitions, replication_factor=3)
+    cluster.create_topic(topic, partitions=partitions, replication_factor=3)
     cluster.run_round()
     storage = cluster.storage
-    carried = (partition_state_from_tables(storage.read("partitions"), storage.read("replica_state"), fetchers,
-                                           min_isr=1, lag_time_max_ms=30_000).localCheckpoint(), None)
+    state = partition_state_from_tables(storage.read("partitions"), storage.read("replica_state"), fetchers,
+                                        min_isr=1, lag_time_max_ms=30_000)
+    return clock, cluster, (state.localCheckpoint(), None)
+
+
+def bench(spark, root: str, partitions: int, records: int, rounds: int, fetchers: int) -> dict:
+    clock, cluster, carried = new_cluster(spark, root, "bench", partitions, fetchers)
+    storage = cluster.storage
     rng = random.Random(7)
     old, new, old_jobs, new_jobs = [], [], [], []
     for i in range(rounds):
@@ -122,13 +130,8 @@ def throughput(spark, root: str, partitions: int, records: int, fetchers: int) -
     rounds (RF 3) until every partition's HW is at its end (Kafka's fetch limits: 1 MB a partition,
     10 MB a response, two fetches a round), against one raw Delta append of the same rows, run
     before and after them."""
-    clock = ManualClock(start_ms=0)
-    cluster = Cluster.create(spark, root, brokers=3, clock=clock)
-    cluster.create_topic("bulk", partitions=partitions, replication_factor=3)
-    cluster.run_round()
+    clock, cluster, carried = new_cluster(spark, root, "bulk", partitions, fetchers)
     storage = cluster.storage
-    carried = (partition_state_from_tables(storage.read("partitions"), storage.read("replica_state"), fetchers,
-                                           min_isr=1, lag_time_max_ms=30_000).localCheckpoint(), None)
     before = storage.version("inbox")
     cluster.produce("bulk", spark.range(records).select(F.expr("repeat('v', 100)").alias("value")), acks="all")
     after = storage.version("inbox")
