@@ -11,7 +11,7 @@ random partitions (the same partitions for both modes), then runs the round; aft
 rounds, the producers stop, the clusters settle, and idle rounds are measured. Reported: medians
 of round seconds, the fetch request / response partitions per round, and the driver JVM's peak
 RSS (VmHWM) after each P. Writes benchmarks/fetch_sessions.json and .png and prints the README
-table (`--readme` also rewrites it in README.md between its benchmark markers).
+table (`--readme` also rewrites it in docs/benchmarks.md between its benchmark markers).
 
 Scenario `throughput` (issue 7, target 1): N records of V-byte values over P partitions (3 brokers,
 RF 3, acks=1), end to end: from `produce()` of one DataFrame into the inbox until every replica
@@ -886,7 +886,7 @@ def _write(data: dict, out: str, text: str, readme: bool, plotted: bool) -> int:
     if plotted:
         plot(data, os.path.splitext(out)[0] + ".png")
     if readme:
-        update_readme(os.path.join(os.path.dirname(__file__), "..", "README.md"), text, data["scenario"])
+        update_readme(os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md"), text, data["scenario"])
     print(f"wrote {out}")
     return 0
 

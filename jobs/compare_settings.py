@@ -9,7 +9,7 @@ alternating and the same records produced to both before each round (jobs/profil
 values. Medians of the rounds after the first two, and their ratio. A setting that a round sets
 itself (shuffle partitions and code generation, for a bulk round) is the round's starting value.
 
-Tried with it (README, "One round's phases"): Spark 4.2's single-pass analyzer, and two shuffle
+Tried with it (docs/benchmarks.md, "One round's phases"): Spark 4.2's single-pass analyzer, and two shuffle
 partitions at P = 10,000.
 """
 
