@@ -20,10 +20,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pipeline.control.fetch_round import RoundContext, fetch_round
-from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REQUEST_SUMMARY_SCHEMA
+from pipeline.acks import STATUS_ACKED, STATUS_ERROR, STATUS_PENDING
+from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REQUEST_SUMMARY_SCHEMA, padded
 from pipeline.errors import ErrorCode
 from pipeline.replication import record_size
-from pipeline.schemas import REPLICA_KEY
+from pipeline.schemas import NO_LEADER, REPLICA_KEY
 from pipeline.storage import current_rows
 
 __all__ = ["fetcher_bucket", "partition_state_from_tables", "summarise_inbox", "pending_requests", "run_control_job",
@@ -36,11 +37,11 @@ def fetcher_bucket(topic: Column, partition: Column, fetchers: int) -> Column:
 
 
 def partition_state_from_tables(partitions_df: DataFrame, replica_state_df: DataFrame, fetchers: int,
-                                min_isr: int, lag_time_max_ms: int) -> DataFrame:
+                                min_isr: int | None = None, lag_time_max_ms: int | None = None) -> DataFrame:
     """The partition state (PARTITION_STATE_SCHEMA) of today's tables: the partitions table's rows
     with each replica's current replica_state row (the newest by round, as that table is appended
-    to) gathered into arrays in replica order. `min_isr` and `lag_time_max_ms` are given (the
-    topic's effective config)."""
+    to) gathered into arrays in replica order. The topic's effective `min_isr` and
+    `lag_time_max_ms` are the given values, or else `partitions_df`'s columns of those names."""
     per_replica = {"log_start_offset": "log_start_offset", "log_end_offset": "log_end_offset",
                    "replica_high_watermark": "high_watermark", "fetch_offset": "fetch_offset",
                    "last_fetch_time_ms": "last_fetch_time_ms", "last_fetch_leader_leo": "last_fetch_leader_leo",
@@ -54,7 +55,9 @@ def partition_state_from_tables(partitions_df: DataFrame, replica_state_df: Data
         "topic", "partition", fetcher_bucket(F.col("topic"), F.col("partition"), fetchers).alias("bucket"),
         "leader", "leader_epoch", "leader_epoch_start_offset", "partition_epoch", "replicas", "isr",
         F.coalesce(leader_hw, F.lit(0)).cast("long").alias("high_watermark"),
-        F.lit(min_isr).alias("min_isr"), F.lit(lag_time_max_ms).cast("long").alias("lag_time_max_ms"),
+        (F.col("min_isr") if min_isr is None else F.lit(min_isr)).cast("int").alias("min_isr"),
+        (F.col("lag_time_max_ms") if lag_time_max_ms is None else F.lit(lag_time_max_ms)).cast("long")
+        .alias("lag_time_max_ms"),
         *[F.transform("replicas", _in_replica_order(f"_{name}")).alias(name) for name in per_replica])
 
 
@@ -109,6 +112,13 @@ def pending_requests(results_df: DataFrame, fetchers: int) -> DataFrame:
         F.lit(None).cast("string").alias("record_error"), F.lit(True).alias("is_pending"), "base_offset", "last_offset")
 
 
+# the control job's figures that are counts (summed over its tasks)
+_COUNTS = ("records_appended", "records_replicated", "results", "requests_acked", "requests_failed",
+           "pending_requests", "changed", "unsettled", "isr_shrinks", "isr_expands", "isr_changes", "lagging",
+           "under_replicated_partitions", "under_min_isr_partitions", "at_min_isr_partitions", "offline_partitions",
+           "fetch_request_partitions")
+
+
 class _Figures(AccumulatorParam):
     """The round's figures, summed over the control job's tasks: counts by name, and the brokers
     whose logs take rows (a set)."""
@@ -118,11 +128,16 @@ class _Figures(AccumulatorParam):
 
     def addInPlace(self, a: dict, b: dict) -> dict:
         for name, value in b.items():
-            a[name] = a.get(name, set()) | value if isinstance(value, set) else a.get(name, 0) + value
+            if isinstance(value, set):
+                a[name] = a.get(name, set()) | value
+            elif name == "max_lag":
+                a[name] = max(a.get(name, 0), value)
+            else:
+                a[name] = a.get(name, 0) + value
         return a
 
 
-def _bucket_figures(out: pa.Table) -> dict:
+def _bucket_figures(out: pa.Table, ctx: RoundContext) -> dict:
     appended = pc.greater(out.column("records_appended"), 0)
     leaders = pc.filter(out.column("leader"), appended).to_pylist()
     fetches = pc.list_flatten(out.column("fetches"))
@@ -130,18 +145,52 @@ def _bucket_figures(out: pa.Table) -> dict:
     lagging = pc.invert(pc.struct_field(fetches, "from_batch")) if len(fetches) else pa.array([], pa.bool_())
     rows_of_fetch = pc.list_value_length(out.column("fetches")).to_numpy(zero_copy_only=False)
     leader_of_fetch = np.repeat(out.column("leader").to_numpy(zero_copy_only=False), rows_of_fetch)
+    results = pc.list_flatten(out.column("results"))
+    status = pc.struct_field(results, "status") if len(results) else pa.array([], pa.string())
     return {"records_appended": pc.sum(out.column("records_appended")).as_py() or 0,
             "records_replicated": pc.sum(out.column("records_replicated")).as_py() or 0,
-            "results": len(pc.list_flatten(out.column("results"))), "brokers": set(leaders) | set(takers),
+            "results": len(results), "brokers": set(leaders) | set(takers),
+            "requests_acked": pc.sum(pc.equal(status, STATUS_ACKED)).as_py() or 0,
+            "requests_failed": pc.sum(pc.equal(status, STATUS_ERROR)).as_py() or 0,
+            "pending_requests": pc.sum(pc.equal(status, STATUS_PENDING)).as_py() or 0,
             "changed": pc.sum(out.column("is_changed")).as_py() or 0,
             "unsettled": pc.sum(pc.invert(out.column("is_settled"))).as_py() or 0,
+            "isr_shrinks": pc.sum(out.column("isr_shrinks")).as_py() or 0,
+            "isr_expands": pc.sum(out.column("isr_expands")).as_py() or 0,
+            "isr_changes": pc.sum(pc.greater(pc.add(out.column("isr_shrinks"), out.column("isr_expands")), 0))
+            .as_py() or 0,
             "lagging": pc.sum(lagging).as_py() or 0,
-            "lagging_leaders": set(leader_of_fetch[lagging.to_numpy(zero_copy_only=False)].tolist())}
+            "lagging_leaders": set(leader_of_fetch[lagging.to_numpy(zero_copy_only=False)].tolist()),
+            **partition_gauges(out.filter(out.column("is_known")), ctx)}
+
+
+def partition_gauges(out: pa.Table, ctx: RoundContext) -> dict:
+    """Kafka's partition gauges over partition rows after a round: under-replicated (ISR smaller
+    than the replicas), under and at min ISR, offline (no leader); the largest follower lag behind
+    its leader's LEO; and the partitions in the fetch requests (every follower of a serving leader
+    whose fetcher runs: a full fetch's partitions)."""
+    replicas = out.column("replicas")
+    rf = pc.list_value_length(replicas).to_numpy(zero_copy_only=False).astype(np.int64)
+    isr = pc.list_value_length(out.column("isr")).to_numpy(zero_copy_only=False).astype(np.int64)
+    min_isr = out.column("min_isr").to_numpy(zero_copy_only=False).astype(np.int64)
+    leader = out.column("leader").to_numpy(zero_copy_only=False).astype(np.int64)
+    width = max(int(rf.max()) if len(rf) else 1, 1)
+    brokers = padded(replicas, width, -1, np.int64)
+    leo = padded(out.column("log_end_offset"), width, 0, np.int64)
+    exists = np.arange(width)[None, :] < rf[:, None]
+    is_leader = (brokers == leader[:, None]) & exists
+    serving = is_leader.any(axis=1) & ~np.isin(leader, ctx.ineligible_brokers)
+    followers = exists & ~is_leader & serving[:, None]
+    lag = np.where(followers, np.where(is_leader, leo, 0).sum(axis=1)[:, None] - leo, 0)
+    return {"under_replicated_partitions": int((isr < rf).sum()), "under_min_isr_partitions": int((isr < min_isr).sum()),
+            "at_min_isr_partitions": int((isr == min_isr).sum()), "offline_partitions": int((leader == NO_LEADER).sum()),
+            "max_lag": int(lag.max()) if lag.size else 0,
+            "fetch_request_partitions": int((followers & np.isin(brokers, ctx.fetching_brokers)).sum())}
 
 
 def _bucket_rules(ctx: RoundContext, figures: Accumulator, state: pa.Table, requests: pa.Table) -> pa.Table:
     out = fetch_round(state, requests, ctx)
-    figures.add(_bucket_figures(out))
+    figures.add(_bucket_figures(out, ctx))
     return out
 
 
@@ -157,8 +206,8 @@ def run_control_job(state_df: DataFrame, summary_df: DataFrame, ctx: RoundContex
     control = (state_df.groupBy("bucket").cogroup(requests.groupBy("bucket"))
                .applyInArrow(partial(_bucket_rules, ctx, figures), CONTROL_OUTPUT_SCHEMA)
                .localCheckpoint())
-    totals = {"records_appended": 0, "records_replicated": 0, "results": 0, "brokers": set(), "changed": 0,
-              "unsettled": 0, "lagging": 0, "lagging_leaders": set()}
+    totals = {name: 0 for name in _COUNTS}
+    totals.update(max_lag=0, brokers=set(), lagging_leaders=set())
     totals.update(figures.value)
     return control, totals
 

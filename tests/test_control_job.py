@@ -15,6 +15,13 @@ OUT = "topic string, partition int, isr array<int>, high_watermark long, log_end
 RESULTS = "request_id string, topic string, partition int, base_offset long, last_offset long, " \
           "record_count long, acks int, status string, error_code string, round_id long"
 
+# the figures of a round that did nothing, over settled partitions
+NOTHING = {"records_appended": 0, "records_replicated": 0, "results": 0, "requests_acked": 0, "requests_failed": 0,
+           "pending_requests": 0, "brokers": set(), "changed": 0, "unsettled": 0, "isr_shrinks": 0, "isr_expands": 0,
+           "isr_changes": 0, "lagging": 0, "lagging_leaders": set(), "under_replicated_partitions": 0,
+           "under_min_isr_partitions": 0, "at_min_isr_partitions": 0, "offline_partitions": 0, "max_lag": 0,
+           "fetch_request_partitions": 0}
+
 
 def partition(topic="t", p=0, leader=0, isr=(0, 1, 2), hw=10, leo=(10, 10, 10), caught_up_ms=0, min_isr=2,
               lag_ms=1000, epoch_start=0, fetch_offset=None):
@@ -114,8 +121,7 @@ def test_the_partition_state_of_todays_tables_gathers_each_replicas_row_in_repli
     # and the control job takes it as it is: an idle round keeps it settled
     out, figures = run_control_job(state, summarise_inbox(inbox(spark, []), 1),
                                    RoundContext(round_id=9, now_ms=1000, fetching_brokers=(0, 1, 2)))
-    assert figures == {"records_appended": 0, "records_replicated": 0, "results": 0, "brokers": set(), "changed": 0,
-                       "unsettled": 0, "lagging": 0, "lagging_leaders": set()}
+    assert figures == {**NOTHING, "fetch_request_partitions": 2}
     out = out.first()
     assert out["high_watermark"] == 2 and out["is_settled"] and out["isr"] == replicas
 
@@ -128,5 +134,8 @@ def test_the_rounds_figures_come_back_with_the_control_jobs_tasks(spark):
                                  .withColumn("bucket", F.col("partition")),
                                  RoundContext(round_id=7, now_ms=10, fetching_brokers=(0, 1, 2)))
     # partition 0: 2 appended, follower 1 takes them (2 lags and reads the log); partition 1: 3 to both
-    assert figures == {"records_appended": 5, "records_replicated": 8, "results": 2, "brokers": {0, 1, 2},
-                       "changed": 2, "unsettled": 1, "lagging": 1, "lagging_leaders": {0}}
+    # partition 0 ends at min ISR 2 with follower 2 six records behind, under-replicated
+    assert figures == {**NOTHING, "records_appended": 5, "records_replicated": 8, "results": 2, "requests_acked": 2,
+                       "brokers": {0, 1, 2}, "changed": 2, "unsettled": 1, "lagging": 1, "lagging_leaders": {0},
+                       "under_replicated_partitions": 1, "at_min_isr_partitions": 1, "max_lag": 6,
+                       "fetch_request_partitions": 4}

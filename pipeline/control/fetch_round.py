@@ -28,7 +28,7 @@ from pipeline.control import acks as acks_rule
 from pipeline.control.fetch_response import batches_taken
 from pipeline.control.leader_append import assign_base_offsets, produce_error
 from pipeline.control.partition import maybe_expand_isr, maybe_increment_leader_hw, out_of_sync_replicas
-from pipeline.control.replica import FetchState, is_caught_up, update_fetch_state
+from pipeline.control.replica import FetchState, is_caught_up, reset_replica_state, update_fetch_state
 from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REPLICA_ARRAYS, as_lists, padded
 
 __all__ = ["RoundContext", "fetch_round"]
@@ -39,7 +39,10 @@ _NOBODY = -1  # the broker of a padding column
 @dataclass(frozen=True)
 class RoundContext:
     """The driver's O(brokers) inputs to the rules: the round, its time, the brokers whose fetchers
-    run (live, not paused) and those that may not be in an ISR (stopped or fenced), the fetch limits."""
+    run (live, not paused) and those that may not be in an ISR (stopped or fenced), the fetch limits;
+    `restarted`: the first round of a process over an existing cluster, whose leaders reset their
+    followers' fetch state first (except those of `paused_brokers`: a paused fetcher stays paused
+    across the restart)."""
 
     round_id: int
     now_ms: int
@@ -47,6 +50,8 @@ class RoundContext:
     ineligible_brokers: tuple[int, ...] = ()
     partition_max_bytes: int = 1_048_576  # replica.fetch.max.bytes
     response_max_bytes: int = 10_485_760  # replica.fetch.response.max.bytes
+    restarted: bool = False
+    paused_brokers: tuple[int, ...] = ()
 
 
 def _np(table: pa.Table, name: str) -> np.ndarray:
@@ -97,6 +102,15 @@ class _Partitions:
         moved = maybe_increment_leader_hw(hw, replica_leo, self.exists, self.is_leader, self.in_isr, may_join,
                                           self.min_isr)
         return np.where(self.serving, moved, hw)  # only a leader moves its HW
+
+    def reset(self, ctx: RoundContext) -> None:
+        """Replica.resetReplicaState of every follower not paused, as a restarted leader does."""
+        reset = (self.exists & ~self.is_leader & self.is_leader.any(axis=1)[:, None]
+                 & ~np.isin(self.brokers, ctx.paused_brokers))
+        after = reset_replica_state(self.fetch_state(), self.in_isr, self.leader_leo[:, None], ctx.now_ms, reset)
+        self.arrays.update(last_fetch_time_ms=after.last_fetch_time_ms,
+                           last_fetch_leader_leo=after.last_fetch_leader_leo,
+                           last_caught_up_time_ms=after.last_caught_up_time_ms)
 
     def fetch(self, fetched: np.ndarray, fetch_offset: np.ndarray, leader_leo: np.ndarray, hw: np.ndarray,
               ctx: RoundContext) -> np.ndarray:
@@ -192,6 +206,8 @@ def fetch_round(state: pa.Table, requests: pa.Table, ctx: RoundContext) -> pa.Ta
     """The bucket's partitions after the round (CONTROL_OUTPUT_SCHEMA)."""
     state = state.sort_by([("topic", "ascending"), ("partition", "ascending")])
     parts = _Partitions(state)
+    if ctx.restarted:
+        parts.reset(ctx)
     appends = _Appends(requests, parts)
     leo_new = appends.leader_leo
     parts.serving = parts.is_leader.any(axis=1) & ~np.isin(parts.leader, ctx.ineligible_brokers)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["FetchState", "is_caught_up", "update_fetch_state"]
+__all__ = ["FetchState", "is_caught_up", "update_fetch_state", "reset_replica_state"]
 
 
 @dataclass(frozen=True)
@@ -46,4 +46,19 @@ def update_fetch_state(state: FetchState, fetch_offset: np.ndarray, leader_leo: 
         last_fetch_time_ms=np.where(fetched, now_ms, state.last_fetch_time_ms),
         last_fetch_leader_leo=np.where(fetched, leader_leo, state.last_fetch_leader_leo),
         last_caught_up_time_ms=np.where(fetched, last_caught_up, state.last_caught_up_time_ms),
+    )
+
+
+def reset_replica_state(state: FetchState, in_isr: np.ndarray, leader_leo: np.ndarray, now_ms: int,
+                        reset: np.ndarray) -> FetchState:
+    """Kafka's Replica.resetReplicaState for the `reset` replicas (a leader taking leadership
+    again, here a process that starts replicating a cluster: no fetch could happen while it was
+    down, and that time must not count against the followers): an ISR member caught up and last
+    fetched at `now_ms`, any other replica never (0, so it returns by its LEO reaching the HW); the
+    last fetch at the leader's LEO."""
+    since = np.where(in_isr, now_ms, 0)
+    return FetchState(
+        last_fetch_time_ms=np.where(reset, since, state.last_fetch_time_ms),
+        last_fetch_leader_leo=np.where(reset, leader_leo, state.last_fetch_leader_leo),
+        last_caught_up_time_ms=np.where(reset, since, state.last_caught_up_time_ms),
     )
