@@ -2,6 +2,7 @@
 by side early).
 
     .venv/bin/python jobs/bench_round_v2.py [--partitions 100] [--records 1000] [--rounds 8] [--fetchers 2]
+    .venv/bin/python jobs/bench_round_v2.py --clusters [--partitions 100] [--rounds 8]  # Cluster.run_round, v1 and v2
 
 One cluster (3 brokers, RF 3, one topic of `--partitions`). Before every round one acks=all
 produce request of `--records` 100-byte records in random partitions; then, interleaved on the same
@@ -167,6 +168,45 @@ def throughput(spark, root: str, partitions: int, records: int, fetchers: int) -
             "hw_sum": state.agg(F.sum("high_watermark")).first()[0]}
 
 
+def clusters(spark, root: str, partitions: int, records: int, rounds: int) -> dict:
+    """Two clusters, replication.round v1 and v2, the same records produced to both before each
+    round, their `Cluster.run_round` interleaved (the first of each pair alternating): the whole
+    round as users run it, the rounds row and the sessions' figures included."""
+    made = {}
+    for version in ("v1", "v2"):
+        clock = ManualClock(start_ms=0)
+        cluster = Cluster.create(spark, os.path.join(root, version), brokers=3, clock=clock,
+                                 config={"replication.round": version})
+        cluster.create_topic("bench", partitions=partitions, replication_factor=3)
+        cluster.run_round()
+        made[version] = (clock, cluster)
+    rng = random.Random(7)
+    seconds = {"v1": [], "v2": []}
+    jobs_of = {"v1": [], "v2": []}
+    for i in range(rounds):
+        batch = [{"value": "v" * 100, "partition": rng.randrange(partitions)} for _ in range(records)]
+        order = ("v1", "v2") if i % 2 == 0 else ("v2", "v1")
+        for version in order:
+            clock, cluster = made[version]
+            cluster.produce("bench", batch, acks="all")
+            clock.advance(100)
+            with JobCounter(spark) as jobs:
+                started = time.perf_counter()
+                cluster.run_round()
+                took = time.perf_counter() - started
+            if i >= WARM_UP:
+                seconds[version].append(took)
+                jobs_of[version].append(jobs.jobs)
+    committed = {version: cluster.replicas("bench").agg(F.sum("high_watermark")).first()[0]
+                 for version, (_, cluster) in made.items()}
+    acked = {version: cluster.produce_results().filter(F.col("status") == "acked").count()
+             for version, (_, cluster) in made.items()}
+    v1, v2 = statistics.median(seconds["v1"]), statistics.median(seconds["v2"])
+    return {"v1_round_median_s": v1, "v2_round_median_s": v2, "ratio_v2_over_v1": v2 / v1,
+            "v1_jobs_median": statistics.median(jobs_of["v1"]), "v2_jobs_median": statistics.median(jobs_of["v2"]),
+            "v1_rounds_s": seconds["v1"], "v2_rounds_s": seconds["v2"], "hw_sum": committed, "results_acked": acked}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=100)
@@ -176,11 +216,16 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     parser.add_argument("--throughput", type=int, default=0, metavar="RECORDS",
                         help="instead: one bulk produce of RECORDS replicated by one v2 round against a raw append")
+    parser.add_argument("--clusters", action="store_true",
+                        help="instead: two clusters, replication.round v1 and v2, rounds interleaved")
     args = parser.parse_args()
     spark = get_spark(app_name="replog-bench-control", extra={"spark.sql.shuffle.partitions": "2"})
     scratch = tempfile.mkdtemp(prefix="replog-bench-round-v2-")
     try:
-        if args.throughput:
+        if args.clusters:
+            result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Spark {spark.version}",
+                      "args": vars(args), **clusters(spark, scratch, args.partitions, args.records, args.rounds)}
+        elif args.throughput:
             result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Spark {spark.version}",
                       "args": vars(args),
                       **throughput(spark, os.path.join(scratch, "cluster"), args.partitions, args.throughput,
@@ -192,7 +237,13 @@ def main() -> None:
                               args.fetchers)}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    if args.throughput:
+    if args.clusters:
+        print(f"P = {args.partitions}, {args.records} records a round, Cluster.run_round: v1 "
+              f"{result['v1_round_median_s']:.2f} s ({result['v1_jobs_median']:.0f} jobs), v2 "
+              f"{result['v2_round_median_s']:.2f} s ({result['v2_jobs_median']:.0f} jobs), "
+              f"{result['ratio_v2_over_v1']:.2f}x; HW sums {result['hw_sum']}, acked {result['results_acked']}")
+        out = args.out or f"benchmarks/round_v2_clusters_p{args.partitions}.json"
+    elif args.throughput:
         print(f"{args.throughput} records into {args.partitions} partitions: v2 {result['v2_s']:.2f} s "
               f"in {result['v2_rounds']} rounds "
               f"({result['v2_records_per_s']:.0f} records/s, {result['v2_mb_per_s']:.1f} MB/s), raw append "

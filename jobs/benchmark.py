@@ -265,15 +265,16 @@ def _bulk_rows(spark, records: int, partitions: int, value_bytes: int):
         F.expr(f"CAST(repeat('x', {value_bytes}) AS BINARY)").alias("value"))
 
 
-def _bench_cluster(workdir: str, spark, partitions: int) -> tuple:
+def _bench_cluster(workdir: str, spark, partitions: int, config: dict | None = None) -> tuple:
     """(cluster, clock): 3 brokers, one RF-3 topic `bench` of P partitions, under workdir."""
     clock = ManualClock(start_ms=0)
-    cluster = Cluster.create(spark, os.path.join(workdir, "cluster"), brokers=3, clock=clock)
+    cluster = Cluster.create(spark, os.path.join(workdir, "cluster"), brokers=3, clock=clock, config=config)
     cluster.create_topic("bench", partitions=partitions, replication_factor=3)
     return cluster, clock
 
 
-def throughput(spark, records: int, partitions: int, value_bytes: int, max_rounds: int) -> dict:
+def throughput(spark, records: int, partitions: int, value_bytes: int, max_rounds: int,
+               config: dict | None = None) -> dict:
     workdir = tempfile.mkdtemp(prefix="bench-throughput-")
     try:
         rows = _bulk_rows(spark, records, partitions, value_bytes)
@@ -281,7 +282,7 @@ def throughput(spark, records: int, partitions: int, value_bytes: int, max_round
         rows.write.format("delta").save(os.path.join(workdir, "raw"))
         raw_s = time.perf_counter() - started
 
-        cluster, clock = _bench_cluster(workdir, spark, partitions)
+        cluster, clock = _bench_cluster(workdir, spark, partitions, config)
         rounds = []
         started = time.perf_counter()
         cluster.produce("bench", rows, acks=1)
@@ -368,12 +369,13 @@ def produce_table(data: dict) -> str:
 JOB_WARM_UP_ROUNDS = 3
 
 
-def freshness(spark, partitions: int, rate: int, seconds: int, seed: int, poll_pause: float = 0.0) -> dict:
+def freshness(spark, partitions: int, rate: int, seconds: int, seed: int, poll_pause: float = 0.0,
+              config: dict | None = None) -> dict:
     rng = random.Random(seed)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     workdir = tempfile.mkdtemp(prefix="bench-freshness-")
     root = os.path.join(workdir, "cluster")
-    cluster = Cluster.create(spark, root, brokers=3)
+    cluster = Cluster.create(spark, root, brokers=3, config=config)
     cluster.create_topic("fresh", partitions=partitions, replication_factor=3)
     env = child_env()
     env.update({"PYTHONPATH": repo, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"})
@@ -811,7 +813,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the session (repeatable)")
     parser.add_argument("--cluster-config", action="append", default=[], metavar="KEY=VALUE",
-                        help="endurance: a cluster setting (repeatable), e.g. log.maintenance.interval.ms=60000")
+                        help="endurance, throughput, freshness: a cluster setting (repeatable), e.g. "
+                        "replication.round=v2")
     args = parser.parse_args(argv)
     if args.scenario == "cli":  # subprocesses only: no session of its own beside them
         partitions = args.partitions[0] if args.partitions else 100
@@ -823,20 +826,22 @@ def main(argv: list[str] | None = None) -> int:
     machine = (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
                f"Spark {spark.version}, local[*]")
     out = args.out or f"benchmarks/{args.scenario.replace('-', '_')}.json"
+    config = {k: int(v) if v.lstrip("-").isdigit() else v for k, v in (c.split("=", 1) for c in args.cluster_config)}
+    configured = "".join(f" --cluster-config {c}" for c in args.cluster_config)
     if args.scenario == "throughput":
         partitions = args.partitions[0] if args.partitions else 100
-        result = throughput(spark, args.records, partitions, args.value_bytes, args.max_rounds)
+        result = throughput(spark, args.records, partitions, args.value_bytes, args.max_rounds, config or None)
         data = {"scenario": args.scenario, "machine": machine, "results": result,
                 "command": f"jobs/benchmark.py --scenario throughput --records {args.records} "
-                           f"--partitions {partitions} --value-bytes {args.value_bytes}"}
+                           f"--partitions {partitions} --value-bytes {args.value_bytes}" + configured}
         return _write(data, out, throughput_table(data), args.readme, plotted=False)
     if args.scenario == "freshness":
         partitions = args.partitions[0] if args.partitions else 10000
-        result = freshness(spark, partitions, args.rate, args.seconds, args.seed, args.poll_pause)
+        result = freshness(spark, partitions, args.rate, args.seconds, args.seed, args.poll_pause, config or None)
         data = {"scenario": args.scenario, "machine": machine, "results": result,
                 "command": f"jobs/benchmark.py --scenario freshness --partitions {partitions} --rate {args.rate} "
                            f"--seconds {args.seconds}"
-                           + (f" --poll-pause {args.poll_pause:g}" if args.poll_pause else "")}
+                           + (f" --poll-pause {args.poll_pause:g}" if args.poll_pause else "") + configured}
         return _write(data, out, freshness_table(data), args.readme, plotted=False)
     if args.scenario == "produce":
         partitions = args.partitions[0] if args.partitions else 100
@@ -856,9 +861,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenario == "endurance":
         partitions = args.partitions[0] if args.partitions else 100
         command = (f"jobs/benchmark.py --scenario endurance --partitions {partitions} --rounds {args.rounds} "
-                   f"--changed {args.changed}" + "".join(f" --cluster-config {c}" for c in args.cluster_config))
-        config = {k: int(v) if v.lstrip("-").isdigit() else v
-                  for k, v in (c.split("=", 1) for c in args.cluster_config)}
+                   f"--changed {args.changed}" + configured)
         result = endurance_run(spark, partitions, args.rounds, args.changed, args.seed, out, command, machine,
                                config or None)
         data = {"scenario": args.scenario, "machine": machine, "results": result, "command": command}

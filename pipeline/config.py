@@ -23,6 +23,7 @@ class ConfigKey:
 
 
 FETCH_MODES = ("incremental", "full")
+ROUND_VERSIONS = ("v1", "v2")  # v2: pipeline/round_v2.py, until it replaces v1
 LONG_MAX = 9223372036854775807  # Kafka's Long.MaxValue default of max.compaction.lag.ms
 
 
@@ -134,6 +135,9 @@ _KEYS = [
               "fetch sessions each leader broker keeps (KIP-227)"),
     ConfigKey("replication.fetch.mode", str, "incremental", lambda v: v in FETCH_MODES, "incremental|full",
               "incremental: KIP-227 fetch sessions; full: every partition in every fetch (for comparison)"),
+    ConfigKey("replication.round", str, "v1", lambda v: v in ROUND_VERSIONS, "v1|v2",
+              "v2: the round in a handful of Spark jobs (experimental; it refuses, with INVALID_CONFIG, a round "
+              "that needs elections, reassignment, admin requests, throttles, quotas or idempotent producers)"),
     # KIP-73 replication quotas: bytes per second each broker sends (leader) or receives (follower)
     # for throttled replicas outside the ISR, by the cluster clock (Kafka's default: unlimited)
     ConfigKey("leader.replication.throttled.rate", int, LONG_MAX, _positive, "> 0",

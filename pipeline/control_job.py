@@ -23,7 +23,7 @@ from pipeline.control.fetch_round import RoundContext, fetch_round
 from pipeline.acks import STATUS_ACKED, STATUS_ERROR, STATUS_PENDING
 from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REQUEST_SUMMARY_SCHEMA, padded
 from pipeline.errors import ErrorCode
-from pipeline.replication import record_size
+from pipeline.replication import producer_fields_agree, record_size
 from pipeline.schemas import NO_LEADER, REPLICA_KEY
 from pipeline.storage import current_rows
 
@@ -66,14 +66,6 @@ def _in_replica_order(gathered: str):
     return lambda broker: F.coalesce(F.element_at(F.col(gathered), broker), F.lit(0).cast("long"))
 
 
-def _producer_fields_disagree() -> Column:
-    """A record whose producer id, epoch and sequence are neither all set (>= 0) nor all null."""
-    pid, epoch, sequence = F.col("producer_id"), F.col("producer_epoch"), F.col("sequence")
-    agree = F.when(pid.isNull(), epoch.isNull() & sequence.isNull()).otherwise(
-        (pid >= 0) & F.coalesce(epoch >= 0, F.lit(False)) & F.coalesce(sequence >= 0, F.lit(False)))
-    return ~agree
-
-
 # A request's records for a partition form record batches of the records whose index in the request
 # falls in one span of this many (a Kafka producer bounds its batches by batch.size, 16 KB by
 # default): a fetch response takes whole batches, so a bulk request must not be one batch larger
@@ -81,22 +73,38 @@ def _producer_fields_disagree() -> Column:
 BATCH_INDEX_SPAN = 1024
 
 
-def summarise_inbox(inbox_df: DataFrame, fetchers: int) -> DataFrame:
+def summarise_inbox(inbox_df: DataFrame, fetchers: int, topic_checks: DataFrame | None = None) -> DataFrame:
     """The new inbox rows (with `_commit_version`) reduced to one row per record batch (request,
     partition, span of record indexes): its records' count and bytes and whether their own checks
-    failed (REQUEST_SUMMARY_SCHEMA). Small whatever the round's size: the records stay where they are."""
+    failed (REQUEST_SUMMARY_SCHEMA). Small whatever the round's size: the records stay where they are.
+
+    The records' own checks, the first failing one naming the error: with `topic_checks` (topic,
+    message_max_bytes, compact: the topic's effective config), a record over message.max.bytes
+    (MESSAGE_TOO_LARGE) and a record without a key on a compacted topic (INVALID_RECORD, Kafka's
+    LogValidator); then producer id, epoch and sequence that are neither all set nor all null
+    (INVALID_RECORD)."""
     batch = F.floor(F.col("record_index") / BATCH_INDEX_SPAN).cast("long").alias("batch")
+    size = record_size(F.col("key"), F.col("value"))
+    if topic_checks is None:
+        too_large, keyless = F.lit(False), F.lit(False)
+    else:
+        inbox_df = inbox_df.join(F.broadcast(topic_checks.select("topic", "message_max_bytes", "compact")),
+                                 on="topic", how="left")
+        too_large = F.coalesce(size > F.col("message_max_bytes"), F.lit(False))
+        keyless = F.coalesce(F.col("compact") & F.col("key").isNull(), F.lit(False))
     return (
         inbox_df.groupBy("request_id", "topic", "partition", batch)
         .agg(F.min("_commit_version").cast("long").alias("append_order"),
              F.count(F.lit(1)).alias("record_count"),
-             F.sum(record_size(F.col("key"), F.col("value"))).cast("long").alias("bytes"),
+             F.sum(size).cast("long").alias("bytes"),
              F.first("acks").alias("acks"),
-             F.max(_producer_fields_disagree()).alias("_bad_fields"))
+             F.max(too_large).alias("_too_large"), F.max(keyless).alias("_keyless"),
+             F.max(~producer_fields_agree()).alias("_bad_fields"))
         .select("request_id", "topic", "partition",
                 fetcher_bucket(F.col("topic"), F.col("partition"), fetchers).alias("bucket"),
                 "append_order", "batch", "record_count", "bytes", "acks",
-                F.when(F.col("_bad_fields"), F.lit(ErrorCode.INVALID_RECORD)).alias("record_error"),
+                F.when(F.col("_too_large"), F.lit(ErrorCode.MESSAGE_TOO_LARGE))
+                .when(F.col("_keyless") | F.col("_bad_fields"), F.lit(ErrorCode.INVALID_RECORD)).alias("record_error"),
                 F.lit(False).alias("is_pending"), F.lit(None).cast("long").alias("base_offset"),
                 F.lit(None).cast("long").alias("last_offset"))
     )

@@ -45,7 +45,7 @@ def _is_under_min_isr(isr: Column, min_isr: Column) -> Column:
     return F.size(isr) < min_isr
 
 
-def _producer_fields_agree() -> Column:
+def producer_fields_agree() -> Column:
     """An idempotent record has a producer id, epoch and sequence >= 0 (Kafka's LogValidator refuses
     a client batch with a producer id and a negative sequence); any other has none of the three (a
     Kafka batch has no epoch or sequence without a producer id)."""
@@ -71,7 +71,7 @@ def validate_produce_requests(inbox_df: DataFrame, partitions_df: DataFrame) -> 
         (record_size(F.col("key"), F.col("value")) > F.col("message_max_bytes"), ErrorCode.MESSAGE_TOO_LARGE),
         # Kafka's LogValidator: a compacted topic cannot accept a record without a key
         (F.col("compact") & F.col("key").isNull(), ErrorCode.INVALID_RECORD),
-        (~_producer_fields_agree(), ErrorCode.INVALID_RECORD),
+        (~producer_fields_agree(), ErrorCode.INVALID_RECORD),
     ]
     first_failed = F.lit(None).cast("int")
     for rank, (failed, _) in reversed(list(enumerate(checks))):

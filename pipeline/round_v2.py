@@ -11,18 +11,24 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import Callable
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control.state import PARTITION_STATE_SCHEMA
 from pipeline.acks import STATUS_PENDING
-from pipeline.control_job import pending_requests, produce_results, run_control_job, summarise_inbox
+from pipeline.control_job import (partition_state_from_tables, pending_requests, produce_results, run_control_job,
+                                  summarise_inbox)
 from pipeline.data.append import log_rows
 from pipeline.data.catch_up import lagging_ranges, read_lagging_ranges, with_ranges_read
-from pipeline.schemas import LOG_SCHEMA
+from pipeline.errors import ErrorCode, ReplogError
+from pipeline.round import (CARRIED_TABLES, REQUEST_KEY, RoundInputs, RoundReport, _partition_meta, _pending_results, _read_inbox,
+                            _session_figures, table_versions, with_input_versions)
+from pipeline.schemas import (LOG_SCHEMA, PARTITION_KEY, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA,
+                              ROUNDS_SCHEMA)
+from pipeline.storage import Storage
 
-__all__ = ["RoundTables", "ActiveRound", "run_active_round"]
+__all__ = ["RoundTables", "ActiveRound", "run_active_round", "CarryV2", "refuse_uncarried", "run_round_v2"]
 
 # append_all([(df, path), ...]): one commit each, at once (Storage.append_all)
 Appender = Callable[[list[tuple[DataFrame, str]]], None]
@@ -34,7 +40,7 @@ class RoundTables:
     produce results they answer (read them with control_job.produce_results)."""
 
     logs: dict[int, str]
-    partition_state: str
+    partition_state: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,14 +54,24 @@ class ActiveRound:
     # none, and no new inbox rows or pending requests, the next round has nothing to do (idle)
     unsettled: int
     phases: dict[str, float] = field(default_factory=dict)  # seconds on the driver, by phase
+    figures: dict = field(default_factory=dict)  # control_job.run_control_job's
+
+
+# commit_outputs(rows, figures): the second commit wave, given the control output's rows (with
+# `round_id`) and the round's figures
+OutputsWriter = Callable[[DataFrame, dict], None]
 
 
 def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataFrame | None, ctx: RoundContext,
-                     fetchers: int, tables: RoundTables, append_all: Appender) -> ActiveRound:
+                     fetchers: int, tables: RoundTables, append_all: Appender,
+                     commit_outputs: OutputsWriter | None = None, topic_checks: DataFrame | None = None
+                     ) -> ActiveRound:
     """One round over `state_df` (the working set's partition state), the round's new inbox rows
-    (with `_commit_version`) and the requests the last round left pending (None: none)."""
+    (with `_commit_version`) and the requests the last round left pending (None: none). The second
+    commit wave writes the partition rows the round changed, with their results, to
+    `tables.partition_state`, or is `commit_outputs`'s."""
     lap = _Laps()
-    summary = summarise_inbox(inbox_df, fetchers)
+    summary = summarise_inbox(inbox_df, fetchers, topic_checks)
     if pending_df is not None:
         summary = summary.unionByName(pending_requests(pending_df, fetchers))
     control, figures = run_control_job(state_df, summary, ctx)
@@ -78,14 +94,16 @@ def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataF
         lap("commit logs")
     state = control.filter(F.col("is_known")).select(*PARTITION_STATE_SCHEMA.fieldNames())
     rows = control.withColumn("round_id", F.lit(ctx.round_id).cast("long"))
-    if figures["changed"]:  # the HWs and the acks they allow, in one commit after the logs'
+    if commit_outputs is not None:
+        commit_outputs(rows, figures)
+    elif figures["changed"]:  # the HWs and the acks they allow, in one commit after the logs'
         append_all([(rows.filter(F.col("is_changed"))
                      .select(*PARTITION_STATE_SCHEMA.fieldNames(), "is_known", "results", "round_id"),
                      tables.partition_state)])
     lap("commit partition rows")
     pending = produce_results(rows).filter(F.col("status") == STATUS_PENDING).drop("round_id")
     return ActiveRound(state, pending, figures["records_appended"], figures["records_replicated"],
-                       figures["results"], figures["unsettled"], lap.phases)
+                       figures["results"], figures["unsettled"], lap.phases, figures)
 
 
 class _Laps:
@@ -99,3 +117,142 @@ class _Laps:
         now = time.perf_counter()
         self.phases[phase] = now - self.mark
         self.mark = now
+
+
+# -- the v2 round as the cluster's round (replication.round=v2) -------------------------------------
+
+@dataclass(frozen=True)
+class CarryV2:
+    """What a v2 round leaves to the next round of the same process: the partition state and the
+    pending requests after it (pinned), and the versions of round.CARRIED_TABLES they equal (the
+    next round uses them only while nobody else wrote those tables)."""
+
+    versions: tuple[int, ...]
+    state: DataFrame
+    pending: DataFrame  # results rows still pending (without round_id)
+
+
+def refuse_uncarried(inputs: RoundInputs, admin_version: int) -> None:
+    """INVALID_CONFIG, before anything is written, for a round that needs what the v2 round does
+    not carry yet (docs/design.md, "Not yet in v2"): the controller's fencing and elections, a
+    reassignment, admin requests, replication throttles and client quotas."""
+    decisions = inputs.controller or {}
+    needs = [what for what, needed in (
+        ("fencing or unfencing a broker (the controller's elections)", decisions.get("fence") or decisions.get("unfence")),
+        ("a partition reassignment", inputs.reassigning),
+        ("admin requests (elections, reassignments, deleted records)", admin_version > inputs.last_admin_version),
+        ("replication throttles", any(inputs.throttles.values()) or inputs.throttle_budgets),
+        ("client quotas", inputs.quota_sensors is not None)) if needed]
+    if needs:
+        raise ReplogError(ErrorCode.INVALID_CONFIG,
+                          f"replication.round=v2 does not carry {', '.join(needs)} yet; "
+                          "set replication.round=v1 for this cluster")
+
+
+def _topic_config(storage: Storage, config: dict) -> DataFrame:
+    """Each partition with its topic's effective min ISR, lag, message.max.bytes and compaction."""
+    return _partition_meta(storage, config).select("topic", "partition", "leader", "leader_epoch",
+                                                     "leader_epoch_start_offset", "partition_epoch", "replicas", "isr",
+                                                     "min_isr", "lag_time_max_ms", "message_max_bytes", "compact")
+
+
+def _replica_state_rows(rows: DataFrame) -> DataFrame:
+    """replica_state rows of the partition rows `rows` (with round_id), one per replica: the
+    leader's high watermark is the partition's."""
+    at = F.col("_i") + 1
+    arrays = {"log_start_offset": "log_start_offset", "log_end_offset": "log_end_offset",
+              "fetch_offset": "fetch_offset", "last_fetch_time_ms": "last_fetch_time_ms",
+              "last_fetch_leader_leo": "last_fetch_leader_leo", "last_caught_up_time_ms": "last_caught_up_time_ms",
+              "last_data_round": "last_data_round"}
+    exploded = rows.select("*", F.posexplode("replicas").alias("_i", "broker"))
+    columns = {
+        "topic": F.col("topic"), "partition": F.col("partition"), "broker": F.col("broker"),
+        **{name: F.element_at(F.col(array), at) for name, array in arrays.items()},
+        "high_watermark": F.when(F.col("broker") == F.col("leader"), F.col("high_watermark"))
+        .otherwise(F.element_at(F.col("replica_high_watermark"), at)),
+        "session_id": F.lit(0), "session_max_bytes": F.lit(0).cast("long"),
+        "session_high_watermark": F.lit(-1).cast("long"), "session_leader_log_start_offset": F.lit(-1).cast("long"),
+        "validated_leader_epoch": F.col("leader_epoch"), "round_id": F.col("round_id")}
+    return exploded.select(*[columns[f.name].cast(f.dataType).alias(f.name) for f in REPLICA_STATE_SCHEMA.fields])
+
+
+def _partition_rows(rows: DataFrame) -> DataFrame:
+    """partitions rows (the controller's metadata) of the partition rows `rows` (with round_id)."""
+    none = F.array().cast("array<int>")
+    return rows.select(*[(none.alias(f.name) if f.name in ("adding_replicas", "removing_replicas")
+                          else F.col(f.name).cast(f.dataType).alias(f.name)) for f in PARTITIONS_SCHEMA.fields])
+
+
+def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry: CarryV2 | None
+                 ) -> tuple[RoundReport, CarryV2]:
+    """One round of the cluster by round v2 on today's tables: the partition state from the carry
+    (or from the partitions and replica_state tables), the control job, the records written once
+    per broker, then the partitions whose ISR changed, the replica_state rows and the results the
+    round changed (the HW and the acks it allows, after the logs), and the rounds row last."""
+    started = time.perf_counter()
+    refuse_uncarried(inputs, storage.version("admin"))
+    inputs = with_input_versions(storage, inputs)
+    config = inputs.cluster_config
+    seen = table_versions(storage)
+    if carry is not None and carry.versions != seen:
+        carry = None
+    fetchers = int(config["num.replica.fetchers"])
+    topics = _topic_config(storage, config)
+    if carry is not None:
+        state, pending = carry.state, carry.pending
+    else:
+        state = partition_state_from_tables(topics, storage.replica_state(), fetchers)
+        pending = _pending_results(storage, inputs.last_pending_requests).localCheckpoint()
+    inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
+    down = set((inputs.controller or {}).get("down") or [])
+    ctx = RoundContext(round_id=inputs.round_id, now_ms=inputs.now_ms,
+                       fetching_brokers=tuple(b for b in inputs.brokers if b not in down and b not in inputs.paused_brokers),
+                       ineligible_brokers=tuple(sorted(down)),
+                       partition_max_bytes=int(config["replica.fetch.max.bytes"]),
+                       response_max_bytes=int(config["replica.fetch.response.max.bytes"]),
+                       restarted=inputs.restarted, paused_brokers=tuple(sorted(inputs.paused_brokers)))
+    tables = RoundTables(logs={b: storage.log_path(b) for b in inputs.brokers})
+    wrote = {}
+
+    def commit_outputs(rows: DataFrame, figures: dict) -> None:
+        round_id = inputs.round_id
+        if figures["isr_changes"]:  # the ISR before the HW it allows (DESIGN.md: persisted before they take effect)
+            storage.upsert(_partition_rows(rows.filter((F.col("isr_shrinks") + F.col("isr_expands") > 0)
+                                                       & F.col("is_known"))), "partitions", PARTITION_KEY, round_id)
+        results = produce_results(rows)
+        carried = pending.select(*REQUEST_KEY)
+        written = results.filter(F.col("status") != STATUS_PENDING).unionByName(
+            results.filter(F.col("status") == STATUS_PENDING).join(carried, on=REQUEST_KEY, how="left_anti"))
+        answers = []
+        if figures["changed"]:
+            answers.append((_replica_state_rows(rows.filter(F.col("is_changed") & F.col("is_known"))),
+                            storage.path("replica_state")))
+        if figures["results"]:
+            answers.append((written.withColumn("throttle_time_ms", F.lit(0).cast("long"))
+                            .select(*RESULTS_SCHEMA.fieldNames()), storage.path("results")))
+        storage.append_all(answers, round_id)
+        wrote.update(partitions=int(bool(figures["isr_changes"])), replica_state=int(bool(figures["changed"])),
+                     results=int(bool(figures["results"])))
+
+    summary_checks = topics.select("topic", "message_max_bytes", "compact").distinct()
+    active = run_active_round(state, inbox, pending, ctx, fetchers, tables,
+                              lambda appends: storage.append_all(appends, inputs.round_id),
+                              commit_outputs=commit_outputs, topic_checks=summary_checks)
+    figures = active.figures
+    report = RoundReport(
+        round_id=inputs.round_id, now_ms=inputs.now_ms, inbox_version=inbox_version,
+        admin_version=inputs.last_admin_version,
+        retention_checked_ms=inputs.now_ms if inputs.retention_due else inputs.last_retention_check_ms,
+        fetch_request_partitions=figures["fetch_request_partitions"],
+        fetch_response_partitions=figures["fetch_request_partitions"],  # full fetches: each partition answered
+        active_partitions=figures["unsettled"],
+        **{name: int(figures[name]) for name in (
+            "records_appended", "records_replicated", "requests_acked", "requests_failed", "isr_shrinks",
+            "isr_expands", "under_replicated_partitions", "under_min_isr_partitions", "at_min_isr_partitions",
+            "offline_partitions", "max_lag", "pending_requests")},
+        duration_ms=int((time.perf_counter() - started) * 1000), batch_id=inputs.batch_id,
+        **_session_figures(inputs, inputs.sessions_after, inputs.handles_after))
+    storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds",
+                         inputs.round_id)
+    versions = tuple(v + wrote.get(table, 0) for table, v in zip(CARRIED_TABLES, seen))
+    return report, CarryV2(versions, active.state, active.pending)

@@ -84,3 +84,20 @@ def test_a_refused_batch_refuses_its_whole_request_in_that_partition():
     assert [(r["request_id"], r["base_offset"], r["status"], r["error_code"]) for r in out["results"]] == \
         [("a", None, "error", "INVALID_RECORD"), ("b", 10, "acked", None)]
     assert out["log_end_offset"] == [11, 11, 11]
+
+
+def test_a_restarted_process_resets_its_followers_fetch_state_before_judging_the_isr():
+    # follower 2, in the ISR, fetched last at t=0 when the leader's LEO was 6 and is at 6 of 10: at
+    # t=50,000 (lag 1000) it is out of sync, unless the leaders restarted with this process
+    # (Replica.resetReplicaState: an ISR member caught up at now); a paused fetcher gets no reset
+    behind = dict(partition(0), log_end_offset=[10, 10, 6], fetch_offset=[10, 10, 6], last_fetch_leader_leo=[10, 10, 6])
+    state = pa.Table.from_pylist([behind], schema=STATE)
+    requests = pa.Table.from_pylist([], schema=REQUESTS)
+
+    def isr(fetching=(0, 1, 2), **ctx):
+        out = fetch_round(state, requests, RoundContext(round_id=3, now_ms=50_000, fetching_brokers=fetching, **ctx))
+        return out.to_pylist()[0]["isr"]
+
+    assert isr() == [0, 1]
+    assert isr(restarted=True) == [0, 1, 2]
+    assert isr(fetching=(0, 1), restarted=True, paused_brokers=(2,)) == [0, 1]

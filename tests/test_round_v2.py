@@ -2,12 +2,14 @@
 records numbered from each request's base offset and written once per broker, followers taking
 their slice of the same batch; every replica holds the same records at the same offsets."""
 
+import pytest
 from pyspark.sql import functions as F
 
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control.state import PARTITION_STATE_SCHEMA
 from pipeline.control_job import produce_results
 from pipeline.round_v2 import RoundTables, run_active_round
+from pipeline.errors import ErrorCode, ReplogError
 from pipeline.schemas import INBOX_SCHEMA
 
 
@@ -116,3 +118,65 @@ def test_a_lagging_follower_reads_within_the_partition_limit_at_least_one_record
                            appender(tables))
     assert [o for _, o, _, _ in log(spark, tables.logs[2])] == [0, 1, 2, 3, 4]
     assert out.state.first()["log_end_offset"] == [5, 5, 5]
+
+
+# -- the v2 round as the cluster's round (replication.round=v2) -----------------------------------
+
+def v2_cluster(new_cluster, topic_config=None, **config):
+    cluster = new_cluster(config={"replication.round": "v2", **config})
+    cluster.create_topic("orders", partitions=2, replication_factor=3,
+                         config={"min.insync.replicas": 2, **(topic_config or {})})
+    return cluster
+
+
+def test_a_v2_cluster_round_appends_replicates_answers_and_then_idles(spark, new_cluster, clock):
+    cluster = v2_cluster(new_cluster)
+    request = cluster.produce("orders", [{"value": f"v{i}", "partition": i % 2} for i in range(5)], acks="all")
+    clock.advance(100)
+    report = cluster.run_round()
+    assert (report.records_appended, report.records_replicated, report.requests_acked, report.pending_requests,
+            report.fetch_request_partitions, report.under_replicated_partitions) == (5, 10, 2, 0, 4, 0)
+    assert sorted((r["partition"], r["base_offset"], r["last_offset"], r["status"])
+                  for r in cluster.produce_results().filter(F.col("request_id") == request).collect()) == \
+        [(0, 0, 2, "acked"), (1, 0, 1, "acked")]
+    assert sorted((r["partition"], r["broker"], r["log_end_offset"], r["high_watermark"])
+                  for r in cluster.replicas("orders").collect()) == \
+        [(p, b, 3 - p, 3 - p) for p in range(2) for b in range(3)]
+    assert sorted((r["partition"], r["offset"], r["value"].decode())
+                  for r in spark.sql("SELECT * FROM replog.committed WHERE topic = 'orders'").collect()) == \
+        [(0, 0, "v0"), (0, 1, "v2"), (0, 2, "v4"), (1, 0, "v1"), (1, 1, "v3")]
+    # nothing left to do: the next round writes its rounds row only
+    written = [cluster.storage.version(t) for t in ("replica_state", "results", "partitions")]
+    clock.advance(100)
+    idle = cluster.run_round()
+    assert (idle.records_appended, idle.active_partitions, idle.pending_requests) == (0, 0, 0)
+    assert [cluster.storage.version(t) for t in ("replica_state", "results", "partitions")] == written
+
+
+def test_a_v2_round_refuses_records_over_message_max_bytes_and_keyless_records_on_a_compacted_topic(
+        new_cluster, clock):
+    cluster = v2_cluster(new_cluster, topic_config={"message.max.bytes": 100, "cleanup.policy": "compact"})
+    large = cluster.produce("orders", [{"key": "k", "value": "x" * 200, "partition": 0}], acks=1)
+    keyless = cluster.produce("orders", [{"value": "x", "partition": 1}], acks=1)
+    fine = cluster.produce("orders", [{"key": "k", "value": "x", "partition": 1}], acks=1)
+    clock.advance(100)
+    report = cluster.run_round()
+    assert (report.records_appended, report.requests_failed, report.requests_acked) == (1, 2, 1)
+    assert {r["request_id"]: (r["status"], r["error_code"]) for r in cluster.produce_results().collect()} == {
+        large: ("error", "MESSAGE_TOO_LARGE"), keyless: ("error", "INVALID_RECORD"), fine: ("acked", None)}
+
+
+def test_a_v2_cluster_refuses_what_v2_does_not_carry_yet_and_writes_nothing(new_cluster, clock):
+    cluster = v2_cluster(new_cluster)
+    inbox = cluster.storage.version("inbox")
+    with pytest.raises(ReplogError) as refused:
+        cluster.produce("orders", [{"value": "x", "producer_id": 7, "producer_epoch": 0, "sequence": 0}])
+    assert refused.value.code == ErrorCode.INVALID_CONFIG and "idempotent" in str(refused.value)
+    assert cluster.storage.version("inbox") == inbox
+    cluster.alter_client_quotas({"client-id": "app"}, set={"producer_byte_rate": 1000})
+    rounds = cluster.storage.version("rounds")
+    clock.advance(100)
+    with pytest.raises(ReplogError) as refused:
+        cluster.run_round()
+    assert refused.value.code == ErrorCode.INVALID_CONFIG and "client quotas" in str(refused.value)
+    assert cluster.storage.version("rounds") == rounds
