@@ -29,8 +29,8 @@ from pipeline.config import (CLUSTER_KEYS, LONG_MAX, TOPIC_KEYS, to_json, valida
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.produce import check_client, is_bulk, parse_acks, record_rows, records_frame
 from pipeline.replication import record_size
-from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round
-from pipeline.round_v2 import CarryV2, run_round_v2
+from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round, with_input_versions
+from pipeline.round_v2 import CarryV2, run_round_v2, v1_reasons
 from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLIENT_QUOTAS_SCHEMA, CLUSTER_SCHEMA, GROUP_OFFSETS_SCHEMA, INBOX_SCHEMA,
                               LEASE_SCHEMA, LOG_SCHEMA, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
 from pipeline.spark import COMPILED_EXPRESSIONS, apply_settings, settings_restored
@@ -96,6 +96,8 @@ class Cluster:
         self._fetch_throttles: dict[str, int] = {}  # consumer id -> its last fetch's throttle time
         self._last_clean_ms: int | None = None  # the log cleaner's last pass (compact_if_due)
         self._last_maintenance_ms: int | None = None  # the last maintain() pass (maintain_if_due)
+        # replication.round=v2: what made the last active round today's (round_v2.v1_reasons; empty: v2 ran it)
+        self.v1_reasons: list[str] = []
         self._carry: Carry | CarryV2 | None = None  # the last round's state, pinned (round.Carry, round_v2.CarryV2)
         self._restarted = False  # set by open(): the next round is this process's first
         self._config_version = storage.version("cluster")  # alter_configs(brokers) changes it
@@ -228,7 +230,6 @@ class Cluster:
         partitions = meta["partitions"] if meta is not None else None
         request_id = str(uuid.uuid4())
         now = self.clock.now_ms()
-        self._refuse_idempotent_in_v2(records)
         if isinstance(records, DataFrame):  # a bulk load is written with compiled expressions
             df = records_frame(records, topic, partitions, request_id, acks_value, now, client)
             with settings_restored(self.spark, COMPILED_EXPRESSIONS):
@@ -242,20 +243,6 @@ class Cluster:
                                                     client), INBOX_SCHEMA)
         self.storage.append_table(df, "inbox")
         return request_id
-
-    def _refuse_idempotent_in_v2(self, records: Any) -> None:
-        """replication.round=v2 does not check producer sequences yet: an idempotent producer's
-        request is refused (INVALID_CONFIG) before it reaches the inbox."""
-        if self.config["replication.round"] != "v2":
-            return
-        if isinstance(records, DataFrame):
-            idempotent = "producer_id" in records.columns
-        else:
-            idempotent = isinstance(records, (list, tuple)) and any(
-                isinstance(r, dict) and r.get("producer_id") is not None for r in records)
-        if idempotent:
-            raise ReplogError(ErrorCode.INVALID_CONFIG, "replication.round=v2 does not carry idempotent producers "
-                                                        "(producer_id) yet; set replication.round=v1 for this cluster")
 
     def produce_results(self) -> DataFrame:
         """request_id, topic, partition, base_offset, last_offset, acks, status, error_code."""
@@ -536,10 +523,15 @@ class Cluster:
         return report
 
     def _round(self, inputs: RoundInputs) -> tuple[RoundReport, Any]:
-        """An active round, by the round `replication.round` names (its carry is its own)."""
+        """An active round. With `replication.round=v2`, the v2 round runs it unless it needs
+        what v2 does not carry yet (round_v2.v1_reasons); then today's round does, on the same
+        tables. Each keeps a carry of its own, and starts from the tables after the other ran."""
         if self.config["replication.round"] == "v2":
+            inputs = with_input_versions(self.storage, inputs)
             carry = self._carry if isinstance(self._carry, CarryV2) else None
-            return run_round_v2(self.spark, self.storage, inputs, carry)
+            self.v1_reasons = v1_reasons(self.storage, inputs, carry)
+            if not self.v1_reasons:
+                return run_round_v2(self.spark, self.storage, inputs, carry)
         return run_round(self.spark, self.storage, inputs, self._carry if isinstance(self._carry, Carry) else None)
 
     def _check_logs(self) -> None:

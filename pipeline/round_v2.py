@@ -21,14 +21,13 @@ from pipeline.control_job import (partition_state_from_tables, pending_requests,
                                   summarise_inbox)
 from pipeline.data.append import log_rows
 from pipeline.data.catch_up import lagging_ranges, read_lagging_ranges, with_ranges_read
-from pipeline.errors import ErrorCode, ReplogError
 from pipeline.round import (CARRIED_TABLES, REQUEST_KEY, RoundInputs, RoundReport, _partition_meta, _pending_results, _read_inbox,
                             _session_figures, table_versions, with_input_versions)
 from pipeline.schemas import (LOG_SCHEMA, PARTITION_KEY, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA,
                               ROUNDS_SCHEMA)
 from pipeline.storage import Storage
 
-__all__ = ["RoundTables", "ActiveRound", "run_active_round", "CarryV2", "refuse_uncarried", "run_round_v2"]
+__all__ = ["RoundTables", "ActiveRound", "run_active_round", "CarryV2", "v1_reasons", "run_round_v2"]
 
 # append_all([(df, path), ...]): one commit each, at once (Storage.append_all)
 Appender = Callable[[list[tuple[DataFrame, str]]], None]
@@ -132,21 +131,37 @@ class CarryV2:
     pending: DataFrame  # results rows still pending (without round_id)
 
 
-def refuse_uncarried(inputs: RoundInputs, admin_version: int) -> None:
-    """INVALID_CONFIG, before anything is written, for a round that needs what the v2 round does
-    not carry yet (docs/design.md, "Not yet in v2"): the controller's fencing and elections, a
-    reassignment, admin requests, replication throttles and client quotas."""
+def v1_reasons(storage: Storage, inputs: RoundInputs, carry: CarryV2 | None) -> list[str]:
+    """What this round needs that the v2 round does not carry yet (docs/design.md, "Not yet in
+    v2"); empty: v2 runs it, else today's round does (both keep the same tables). `inputs` with its
+    versions fixed (round.with_input_versions). The controller's fencing and elections, a broker
+    down and not yet fenced, a reassignment, admin requests, replication throttles, client quotas,
+    the retention check, idempotent producers among the new inbox rows, and a follower that has
+    not validated its leader's epoch since an election (it checks it, and truncates, at its next
+    fetch). The last two are probes (a Spark job each, stopping at the first row): the inbox's
+    when it has new rows, the replicas' when there is no v2 carry (a v2 round elects no leader)."""
     decisions = inputs.controller or {}
-    needs = [what for what, needed in (
-        ("fencing or unfencing a broker (the controller's elections)", decisions.get("fence") or decisions.get("unfence")),
+    reasons = [what for what, needed in (
+        ("fencing or unfencing a broker (elections)", decisions.get("fence") or decisions.get("unfence")),
+        ("a broker down and not yet fenced", decisions.get("down")),
         ("a partition reassignment", inputs.reassigning),
-        ("admin requests (elections, reassignments, deleted records)", admin_version > inputs.last_admin_version),
+        ("admin requests", inputs.admin_to_version > inputs.last_admin_version),
         ("replication throttles", any(inputs.throttles.values()) or inputs.throttle_budgets),
-        ("client quotas", inputs.quota_sensors is not None)) if needed]
-    if needs:
-        raise ReplogError(ErrorCode.INVALID_CONFIG,
-                          f"replication.round=v2 does not carry {', '.join(needs)} yet; "
-                          "set replication.round=v1 for this cluster")
+        ("client quotas", inputs.quota_sensors is not None or inputs.last_throttled_requests),
+        ("the retention check", inputs.retention_due)) if needed]
+    if reasons:
+        return reasons
+    if inputs.inbox_to_version > inputs.last_inbox_version:
+        inbox = storage.read_changes("inbox", inputs.last_inbox_version, inputs.inbox_to_version)
+        if inbox.filter(F.col("producer_id").isNotNull()).limit(1).count():
+            reasons.append("idempotent producers")
+    if carry is None:
+        partitions = storage.read("partitions").select(*PARTITION_KEY, "leader_epoch")
+        unvalidated = storage.replica_state().join(partitions, on=PARTITION_KEY).filter(
+            F.coalesce(F.col("validated_leader_epoch"), F.lit(0)) < F.col("leader_epoch"))
+        if unvalidated.limit(1).count():
+            reasons.append("a follower to validate its leader's epoch")
+    return reasons
 
 
 def _topic_config(storage: Storage, config: dict) -> DataFrame:
@@ -190,7 +205,6 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
     per broker, then the partitions whose ISR changed, the replica_state rows and the results the
     round changed (the HW and the acks it allows, after the logs), and the rounds row last."""
     started = time.perf_counter()
-    refuse_uncarried(inputs, storage.version("admin"))
     inputs = with_input_versions(storage, inputs)
     config = inputs.cluster_config
     seen = table_versions(storage)

@@ -2,14 +2,12 @@
 records numbered from each request's base offset and written once per broker, followers taking
 their slice of the same batch; every replica holds the same records at the same offsets."""
 
-import pytest
 from pyspark.sql import functions as F
 
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control.state import PARTITION_STATE_SCHEMA
 from pipeline.control_job import produce_results
-from pipeline.round_v2 import RoundTables, run_active_round
-from pipeline.errors import ErrorCode, ReplogError
+from pipeline.round_v2 import CarryV2, RoundTables, run_active_round
 from pipeline.schemas import INBOX_SCHEMA
 
 
@@ -122,18 +120,26 @@ def test_a_lagging_follower_reads_within_the_partition_limit_at_least_one_record
 
 # -- the v2 round as the cluster's round (replication.round=v2) -----------------------------------
 
-def v2_cluster(new_cluster, topic_config=None, **config):
+def v2_cluster(new_cluster, clock, topic_config=None, **config):
+    """A v2 cluster with a topic, after its first round (today's: the retention check is due)."""
     cluster = new_cluster(config={"replication.round": "v2", **config})
     cluster.create_topic("orders", partitions=2, replication_factor=3,
                          config={"min.insync.replicas": 2, **(topic_config or {})})
+    cluster.run_round()
+    assert cluster.v1_reasons == ["the retention check"]
+    clock.advance(100)
     return cluster
 
 
+def ran_v2(cluster):
+    return cluster.v1_reasons == [] and isinstance(cluster._carry, CarryV2)
+
+
 def test_a_v2_cluster_round_appends_replicates_answers_and_then_idles(spark, new_cluster, clock):
-    cluster = v2_cluster(new_cluster)
+    cluster = v2_cluster(new_cluster, clock)
     request = cluster.produce("orders", [{"value": f"v{i}", "partition": i % 2} for i in range(5)], acks="all")
-    clock.advance(100)
     report = cluster.run_round()
+    assert ran_v2(cluster)
     assert (report.records_appended, report.records_replicated, report.requests_acked, report.pending_requests,
             report.fetch_request_partitions, report.under_replicated_partitions) == (5, 10, 2, 0, 4, 0)
     assert sorted((r["partition"], r["base_offset"], r["last_offset"], r["status"])
@@ -155,28 +161,37 @@ def test_a_v2_cluster_round_appends_replicates_answers_and_then_idles(spark, new
 
 def test_a_v2_round_refuses_records_over_message_max_bytes_and_keyless_records_on_a_compacted_topic(
         new_cluster, clock):
-    cluster = v2_cluster(new_cluster, topic_config={"message.max.bytes": 100, "cleanup.policy": "compact"})
+    cluster = v2_cluster(new_cluster, clock, topic_config={"message.max.bytes": 100, "cleanup.policy": "compact"})
     large = cluster.produce("orders", [{"key": "k", "value": "x" * 200, "partition": 0}], acks=1)
     keyless = cluster.produce("orders", [{"value": "x", "partition": 1}], acks=1)
     fine = cluster.produce("orders", [{"key": "k", "value": "x", "partition": 1}], acks=1)
-    clock.advance(100)
     report = cluster.run_round()
+    assert ran_v2(cluster)
     assert (report.records_appended, report.requests_failed, report.requests_acked) == (1, 2, 1)
     assert {r["request_id"]: (r["status"], r["error_code"]) for r in cluster.produce_results().collect()} == {
         large: ("error", "MESSAGE_TOO_LARGE"), keyless: ("error", "INVALID_RECORD"), fine: ("acked", None)}
 
 
-def test_a_v2_cluster_refuses_what_v2_does_not_carry_yet_and_writes_nothing(new_cluster, clock):
-    cluster = v2_cluster(new_cluster)
-    inbox = cluster.storage.version("inbox")
-    with pytest.raises(ReplogError) as refused:
-        cluster.produce("orders", [{"value": "x", "producer_id": 7, "producer_epoch": 0, "sequence": 0}])
-    assert refused.value.code == ErrorCode.INVALID_CONFIG and "idempotent" in str(refused.value)
-    assert cluster.storage.version("inbox") == inbox
-    cluster.alter_client_quotas({"client-id": "app"}, set={"producer_byte_rate": 1000})
-    rounds = cluster.storage.version("rounds")
+def test_a_v2_cluster_hands_a_round_that_needs_what_v2_does_not_carry_to_todays_round(new_cluster, clock):
+    cluster = v2_cluster(new_cluster, clock)
+    batch = [{"value": "x", "partition": 0, "producer_id": 7, "producer_epoch": 0, "sequence": 0}]
+    first = cluster.produce("orders", batch, acks=1)
+    cluster.run_round()
+    assert cluster.v1_reasons == ["idempotent producers"]
+    # the next round, with nothing idempotent, is v2's again, from the tables today's round left
+    plain = cluster.produce("orders", [{"value": "y", "partition": 0}], acks=1)
     clock.advance(100)
-    with pytest.raises(ReplogError) as refused:
-        cluster.run_round()
-    assert refused.value.code == ErrorCode.INVALID_CONFIG and "client quotas" in str(refused.value)
-    assert cluster.storage.version("rounds") == rounds
+    cluster.run_round()
+    assert ran_v2(cluster)
+    retry = cluster.produce("orders", batch, acks=1)  # the same batch again: today's round finds the duplicate
+    clock.advance(100)
+    report = cluster.run_round()
+    assert cluster.v1_reasons == ["idempotent producers"] and report.records_appended == 0
+    offsets = {r["request_id"]: (r["status"], r["base_offset"]) for r in cluster.produce_results().collect()}
+    assert offsets == {first: ("acked", 0), plain: ("acked", 1), retry: ("acked", 0)}
+    assert [r["value"] for r in cluster.read("orders", partition=0).orderBy("offset").collect()] == [b"x", b"y"]
+    cluster.alter_client_quotas({"client-id": "app"}, set={"producer_byte_rate": 1000})
+    cluster.produce("orders", [{"value": "z", "partition": 1}], acks=1, client_id="app")
+    clock.advance(100)
+    cluster.run_round()
+    assert cluster.v1_reasons == ["client quotas"]

@@ -74,7 +74,8 @@ FETCH_TYPE = ArrayType(StructType(_fields(
 )), False)
 
 CONTROL_OUTPUT_SCHEMA = StructType([
-    *PARTITION_STATE_SCHEMA.fields,
+    # (a request to an unknown topic may name no partition: its row's partition is null)
+    *[StructField(f.name, f.dataType, True) if f.name == "partition" else f for f in PARTITION_STATE_SCHEMA.fields],
     *_fields(
         ("is_known", BooleanType(), False),  # false: a row carrying only the results of an unknown partition
         ("results", RESULT_TYPE, False),
