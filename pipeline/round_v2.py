@@ -198,6 +198,13 @@ def _partition_rows(rows: DataFrame) -> DataFrame:
                           else F.col(f.name).cast(f.dataType).alias(f.name)) for f in PARTITIONS_SCHEMA.fields])
 
 
+def _last_fetches(inputs: RoundInputs) -> tuple[tuple[int, int], ...]:
+    """(broker, its last fetch before the round): when its fetcher was paused, else the last round."""
+    last = {b: inputs.paused_brokers.get(b) if b in inputs.paused_brokers else inputs.previous_round_ms
+            for b in inputs.brokers}
+    return tuple((b, int(ms)) for b, ms in sorted(last.items()) if ms is not None)
+
+
 def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry: CarryV2 | None
                  ) -> tuple[RoundReport, CarryV2]:
     """One round of the cluster by round v2 on today's tables: the partition state from the carry
@@ -224,7 +231,8 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
                        ineligible_brokers=tuple(sorted(down)),
                        partition_max_bytes=int(config["replica.fetch.max.bytes"]),
                        response_max_bytes=int(config["replica.fetch.response.max.bytes"]),
-                       restarted=inputs.restarted, paused_brokers=tuple(sorted(inputs.paused_brokers)))
+                       restarted=inputs.restarted, paused_brokers=tuple(sorted(inputs.paused_brokers)),
+                       broker_last_fetch_ms=_last_fetches(inputs))
     tables = RoundTables(logs={b: storage.log_path(b) for b in inputs.brokers})
     wrote = {}
 

@@ -101,3 +101,21 @@ def test_a_restarted_process_resets_its_followers_fetch_state_before_judging_the
     assert isr() == [0, 1]
     assert isr(restarted=True) == [0, 1, 2]
     assert isr(fetching=(0, 1), restarted=True, paused_brokers=(2,)) == [0, 1]
+
+
+def test_a_paused_follower_was_caught_up_at_its_brokers_last_fetch_of_an_unchanged_partition():
+    # broker 2 last fetched at t=1000 before its fetcher paused; its partition, at the leader's LEO
+    # 10, was unchanged since its state was written at t=500 (rounds in between had nothing to do).
+    # At t=2000 (lag 1000) it is still caught up (as of t=1000), at t=2001 it is out
+    idle = partition(0, caught_up_ms=500)
+    state = pa.Table.from_pylist([idle], schema=STATE)
+    requests = pa.Table.from_pylist([request("r", 0, 1, 50)], schema=REQUESTS)
+
+    def isr(now, last_fetches=((2, 1000),)):
+        ctx = RoundContext(round_id=3, now_ms=now, fetching_brokers=(0, 1), paused_brokers=(2,),
+                           broker_last_fetch_ms=last_fetches)
+        return fetch_round(state, requests, ctx).to_pylist()[0]["isr"]
+
+    assert isr(2000) == [0, 1, 2]
+    assert isr(2001) == [0, 1]
+    assert isr(2000, last_fetches=()) == [0, 1]  # with no fetch known since t=500

@@ -28,7 +28,8 @@ from pipeline.control import acks as acks_rule
 from pipeline.control.fetch_response import batches_taken
 from pipeline.control.leader_append import assign_base_offsets, produce_error
 from pipeline.control.partition import maybe_expand_isr, maybe_increment_leader_hw, out_of_sync_replicas
-from pipeline.control.replica import FetchState, is_caught_up, reset_replica_state, update_fetch_state
+from pipeline.control.replica import (FetchState, effective_fetch_state, is_caught_up, reset_replica_state,
+                                      update_fetch_state)
 from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REPLICA_ARRAYS, as_lists, padded
 
 __all__ = ["RoundContext", "fetch_round"]
@@ -52,6 +53,9 @@ class RoundContext:
     response_max_bytes: int = 10_485_760  # replica.fetch.response.max.bytes
     restarted: bool = False
     paused_brokers: tuple[int, ...] = ()
+    # (broker, its fetcher's last fetch before this round: the last round, or when it was paused);
+    # a follower at its leader's LEO was caught up then (replica.effective_fetch_state)
+    broker_last_fetch_ms: tuple[tuple[int, int], ...] = ()
 
 
 def _np(table: pa.Table, name: str) -> np.ndarray:
@@ -102,6 +106,24 @@ class _Partitions:
         moved = maybe_increment_leader_hw(hw, replica_leo, self.exists, self.is_leader, self.in_isr, may_join,
                                           self.min_isr)
         return np.where(self.serving, moved, hw)  # only a leader moves its HW
+
+    def quiescent_fetches(self, ctx: RoundContext) -> None:
+        """replica.effective_fetch_state of every follower at its leader's LEO whose broker's last
+        fetch is known: rounds that had nothing to do wrote no fetch state."""
+        if not ctx.broker_last_fetch_ms:
+            return
+        brokers, times = (np.array(v, dtype=np.int64) for v in zip(*ctx.broker_last_fetch_ms))
+        order = np.argsort(brokers)
+        brokers, times = brokers[order], times[order]
+        at = np.clip(np.searchsorted(brokers, self.brokers), 0, len(brokers) - 1)
+        known = brokers[at] == self.brokers
+        quiescent = (self.exists & ~self.is_leader & known
+                     & (self.arrays["fetch_offset"] >= self.leader_leo[:, None]))
+        after = effective_fetch_state(self.fetch_state(), quiescent, np.where(known, times[at], 0),
+                                      self.leader_leo[:, None])
+        self.arrays.update(last_fetch_time_ms=after.last_fetch_time_ms,
+                           last_fetch_leader_leo=after.last_fetch_leader_leo,
+                           last_caught_up_time_ms=after.last_caught_up_time_ms)
 
     def reset(self, ctx: RoundContext) -> None:
         """Replica.resetReplicaState of every follower not paused, as a restarted leader does."""
@@ -208,6 +230,7 @@ def fetch_round(state: pa.Table, requests: pa.Table, ctx: RoundContext) -> pa.Ta
     parts = _Partitions(state)
     if ctx.restarted:
         parts.reset(ctx)
+    parts.quiescent_fetches(ctx)
     appends = _Appends(requests, parts)
     leo_new = appends.leader_leo
     parts.serving = parts.is_leader.any(axis=1) & ~np.isin(parts.leader, ctx.ineligible_brokers)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["FetchState", "is_caught_up", "update_fetch_state", "reset_replica_state"]
+__all__ = ["FetchState", "is_caught_up", "update_fetch_state", "reset_replica_state", "effective_fetch_state"]
 
 
 @dataclass(frozen=True)
@@ -61,4 +61,19 @@ def reset_replica_state(state: FetchState, in_isr: np.ndarray, leader_leo: np.nd
         last_fetch_time_ms=np.where(reset, since, state.last_fetch_time_ms),
         last_fetch_leader_leo=np.where(reset, leader_leo, state.last_fetch_leader_leo),
         last_caught_up_time_ms=np.where(reset, since, state.last_caught_up_time_ms),
+    )
+
+
+def effective_fetch_state(state: FetchState, quiescent: np.ndarray, broker_last_fetch_ms: np.ndarray,
+                          leader_leo: np.ndarray) -> FetchState:
+    """The fetch state of the `quiescent` followers (at the leader's LEO, their partition unchanged
+    since their state was written): their broker kept fetching, at the leader's unchanged LEO, until
+    its last fetch (`broker_last_fetch_ms`: the last round, or when its fetcher was paused), so
+    Kafka's rule makes that fetch the last one and the follower caught up at it."""
+    later = np.maximum(state.last_fetch_time_ms, broker_last_fetch_ms)
+    return FetchState(
+        last_fetch_time_ms=np.where(quiescent, later, state.last_fetch_time_ms),
+        last_fetch_leader_leo=np.where(quiescent, leader_leo, state.last_fetch_leader_leo),
+        last_caught_up_time_ms=np.where(quiescent, np.maximum(state.last_caught_up_time_ms, later),
+                                        state.last_caught_up_time_ms),
     )
