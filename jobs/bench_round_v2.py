@@ -68,11 +68,11 @@ def v2_round(spark, storage, carried, versions: tuple[int, int], ctx: RoundConte
         inbox = storage.read("inbox").limit(0).withColumn("_commit_version", F.lit(0).cast("long"))
     tables = RoundTables({b: os.path.join(root, "v2", f"log{b}") for b in range(3)},
                          os.path.join(root, "v2", "partition_state"))
-    state, pending = carried
+    state, pending, lagging = carried
     out = run_active_round(state, inbox, pending, ctx, fetchers, tables,
-                           lambda appends: storage.append_all(appends, ctx.round_id))
+                           lambda appends: storage.append_all(appends, ctx.round_id), lagging_leaders=lagging)
     PHASES.append(out.phases)
-    return out.state, out.pending
+    return out.state, out.pending, out.figures["lagging_leaders"]
 
 
 def new_cluster(spark, root: str, topic: str, partitions: int, fetchers: int):
@@ -85,7 +85,7 @@ def new_cluster(spark, root: str, topic: str, partitions: int, fetchers: int):
     storage = cluster.storage
     state = partition_state_from_tables(storage.read("partitions"), storage.read("replica_state"), fetchers,
                                         min_isr=1, lag_time_max_ms=30_000)
-    return clock, cluster, (state.localCheckpoint(), None)
+    return clock, cluster, (state.localCheckpoint(), None, set())
 
 
 def bench(spark, root: str, partitions: int, records: int, rounds: int, fetchers: int) -> dict:

@@ -122,7 +122,7 @@ def pending_requests(results_df: DataFrame, fetchers: int) -> DataFrame:
 
 # the control job's figures that are counts (summed over its tasks)
 _COUNTS = ("records_appended", "records_replicated", "results", "requests_acked", "requests_failed",
-           "pending_requests", "changed", "unsettled", "isr_shrinks", "isr_expands", "isr_changes", "lagging",
+           "pending_requests", "changed", "unsettled", "isr_shrinks", "isr_expands", "isr_changes",
            "under_replicated_partitions", "under_min_isr_partitions", "at_min_isr_partitions", "offline_partitions",
            "fetch_request_partitions")
 
@@ -150,9 +150,6 @@ def _bucket_figures(out: pa.Table, ctx: RoundContext) -> dict:
     leaders = pc.filter(out.column("leader"), appended).to_pylist()
     fetches = pc.list_flatten(out.column("fetches"))
     takers = pc.struct_field(fetches, "broker").to_pylist() if len(fetches) else []
-    lagging = pc.invert(pc.struct_field(fetches, "from_batch")) if len(fetches) else pa.array([], pa.bool_())
-    rows_of_fetch = pc.list_value_length(out.column("fetches")).to_numpy(zero_copy_only=False)
-    leader_of_fetch = np.repeat(out.column("leader").to_numpy(zero_copy_only=False), rows_of_fetch)
     results = pc.list_flatten(out.column("results"))
     status = pc.struct_field(results, "status") if len(results) else pa.array([], pa.string())
     return {"records_appended": pc.sum(out.column("records_appended")).as_py() or 0,
@@ -167,8 +164,6 @@ def _bucket_figures(out: pa.Table, ctx: RoundContext) -> dict:
             "isr_expands": pc.sum(out.column("isr_expands")).as_py() or 0,
             "isr_changes": pc.sum(pc.greater(pc.add(out.column("isr_shrinks"), out.column("isr_expands")), 0))
             .as_py() or 0,
-            "lagging": pc.sum(lagging).as_py() or 0,
-            "lagging_leaders": set(leader_of_fetch[lagging.to_numpy(zero_copy_only=False)].tolist()),
             **partition_gauges(out.filter(out.column("is_known")), ctx)}
 
 
@@ -190,7 +185,9 @@ def partition_gauges(out: pa.Table, ctx: RoundContext) -> dict:
     serving = is_leader.any(axis=1) & ~np.isin(leader, ctx.ineligible_brokers)
     followers = exists & ~is_leader & serving[:, None]
     lag = np.where(followers, np.where(is_leader, leo, 0).sum(axis=1)[:, None] - leo, 0)
-    return {"under_replicated_partitions": int((isr < rf).sum()), "under_min_isr_partitions": int((isr < min_isr).sum()),
+    behind = (lag > 0).any(axis=1)
+    return {"lagging_leaders": set(leader[behind].tolist()),
+            "under_replicated_partitions": int((isr < rf).sum()), "under_min_isr_partitions": int((isr < min_isr).sum()),
             "at_min_isr_partitions": int((isr == min_isr).sum()), "offline_partitions": int((leader == NO_LEADER).sum()),
             "max_lag": int(lag.max()) if lag.size else 0,
             "fetch_request_partitions": int((followers & np.isin(brokers, ctx.fetching_brokers)).sum())}
@@ -207,8 +204,9 @@ def run_control_job(state_df: DataFrame, summary_df: DataFrame, ctx: RoundContex
     job whose tasks are buckets, and pinned: every output of the round is read from it. With the
     round's figures, which its tasks send back with their results (an accumulator: no job of
     their own): records_appended, records_replicated, results, the brokers whose logs take rows,
-    the rows that changed (`is_changed`), the partitions not settled (`unsettled`), and the fetches
-    that read a leader's log (`lagging`) with those leaders."""
+    the rows that changed (`is_changed`), the partitions not settled (`unsettled`), the leaders
+    with a follower behind their LEO after the round (`lagging_leaders`: the logs the next round's
+    lagging followers read), and the rounds row's counts and gauges."""
     figures = state_df.sparkSession.sparkContext.accumulator({}, _Figures())
     requests = summary_df.select(*REQUEST_SUMMARY_SCHEMA.fieldNames())
     control = (state_df.groupBy("bucket").cogroup(requests.groupBy("bucket"))

@@ -20,7 +20,7 @@ from pipeline.acks import STATUS_PENDING
 from pipeline.control_job import (partition_state_from_tables, pending_requests, produce_results, run_control_job,
                                   summarise_inbox)
 from pipeline.data.append import log_rows
-from pipeline.data.catch_up import lagging_ranges, read_lagging_ranges, with_ranges_read
+from pipeline.data.catch_up import lagging_ranges, read_lagging_ranges, with_reads
 from pipeline.round import (CARRIED_TABLES, REQUEST_KEY, RoundInputs, RoundReport, _partition_meta, _pending_results, _read_inbox,
                             _session_figures, table_versions, with_input_versions)
 from pipeline.schemas import (LOG_SCHEMA, PARTITION_KEY, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA,
@@ -63,29 +63,30 @@ OutputsWriter = Callable[[DataFrame, dict], None]
 
 def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataFrame | None, ctx: RoundContext,
                      fetchers: int, tables: RoundTables, append_all: Appender,
-                     commit_outputs: OutputsWriter | None = None, topic_checks: DataFrame | None = None
-                     ) -> ActiveRound:
+                     commit_outputs: OutputsWriter | None = None, topic_checks: DataFrame | None = None,
+                     lagging_leaders: set[int] | None = None) -> ActiveRound:
     """One round over `state_df` (the working set's partition state), the round's new inbox rows
     (with `_commit_version`) and the requests the last round left pending (None: none). The second
     commit wave writes the partition rows the round changed, with their results, to
-    `tables.partition_state`, or is `commit_outputs`'s."""
+    `tables.partition_state`, or is `commit_outputs`'s.
+
+    `lagging_leaders`: the leaders whose followers may be behind their LEO (the last round's
+    figure of that name; None: unknown, found with a job): their lagging followers read a range of
+    their logs before the control job, which takes it as their first response."""
     lap = _Laps()
+    read = _lagging_reads(state_df, ctx, tables, lagging_leaders)
+    if read is not None:
+        state_df = with_reads(state_df, read)
+        lap("read lagging ranges")
     summary = summarise_inbox(inbox_df, fetchers, topic_checks)
     if pending_df is not None:
         summary = summary.unionByName(pending_requests(pending_df, fetchers))
     control, figures = run_control_job(state_df, summary, ctx)
     lap("control job")
     batches = [log_rows(inbox_df, control)] if figures["records_appended"] else []
-    if figures["lagging"]:  # followers behind before the round read their leaders' logs
-        spark = state_df.sparkSession
-        read = read_lagging_ranges(lagging_ranges(control), sorted(figures["lagging_leaders"]),
-                                   lambda broker: spark.read.format("delta").load(tables.logs[broker]),
-                                   ctx.partition_max_bytes).localCheckpoint()
-        control = with_ranges_read(control, read, ctx.round_id).localCheckpoint()
-        figures["records_replicated"] += read.count()  # (a job in such rounds only)
+    if read is not None:
         batches.append(read)
-        lap("read lagging ranges")
-    if batches:
+    if batches and figures["brokers"]:
         rows = reduce(DataFrame.unionByName, batches).localCheckpoint()  # pinned once, for every broker
         lap("number records")
         append_all([(rows.filter(F.col("broker") == broker).select(*LOG_SCHEMA.fieldNames()), tables.logs[broker])
@@ -103,6 +104,21 @@ def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataF
     pending = produce_results(rows).filter(F.col("status") == STATUS_PENDING).drop("round_id")
     return ActiveRound(state, pending, figures["records_appended"], figures["records_replicated"],
                        figures["results"], figures["unsettled"], lap.phases, figures)
+
+
+def _lagging_reads(state_df: DataFrame, ctx: RoundContext, tables: RoundTables,
+                   lagging_leaders: set[int] | None) -> DataFrame | None:
+    """The log rows lagging followers read (pinned; `broker` the follower), or None when no leader
+    that serves has a follower behind it."""
+    ranges = lagging_ranges(state_df, ctx.fetching_brokers, ctx.ineligible_brokers)
+    if lagging_leaders is None:  # (O(brokers) rows)
+        lagging_leaders = {r["leader"] for r in ranges.select("leader").distinct().collect()}
+    leaders = sorted(b for b in lagging_leaders if b in tables.logs and b not in ctx.ineligible_brokers)
+    if not leaders:
+        return None
+    spark = state_df.sparkSession
+    return read_lagging_ranges(ranges, leaders, lambda broker: spark.read.format("delta").load(tables.logs[broker]),
+                               ctx.partition_max_bytes).localCheckpoint()
 
 
 class _Laps:
@@ -129,6 +145,7 @@ class CarryV2:
     versions: tuple[int, ...]
     state: DataFrame
     pending: DataFrame  # results rows still pending (without round_id)
+    lagging_leaders: set[int]  # leaders with a follower behind their LEO after the round
 
 
 def v1_reasons(storage: Storage, inputs: RoundInputs, carry: CarryV2 | None) -> list[str]:
@@ -259,7 +276,8 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
     summary_checks = topics.select("topic", "message_max_bytes", "compact").distinct()
     active = run_active_round(state, inbox, pending, ctx, fetchers, tables,
                               lambda appends: storage.append_all(appends, inputs.round_id),
-                              commit_outputs=commit_outputs, topic_checks=summary_checks)
+                              commit_outputs=commit_outputs, topic_checks=summary_checks,
+                              lagging_leaders=carry.lagging_leaders if carry is not None else None)
     figures = active.figures
     report = RoundReport(
         round_id=inputs.round_id, now_ms=inputs.now_ms, inbox_version=inbox_version,
@@ -277,4 +295,4 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds",
                          inputs.round_id)
     versions = tuple(v + wrote.get(table, 0) for table, v in zip(CARRIED_TABLES, seen))
-    return report, CarryV2(versions, active.state, active.pending)
+    return report, CarryV2(versions, active.state, active.pending, set(figures["lagging_leaders"]))

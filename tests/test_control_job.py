@@ -8,6 +8,7 @@ from pyspark.sql import functions as F
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control.state import PARTITION_STATE_SCHEMA
 from pipeline.control_job import partition_state_from_tables, produce_results, run_control_job, summarise_inbox
+from pipeline.data.catch_up import with_reads
 from pipeline.schemas import INBOX_SCHEMA
 
 OUT = "topic string, partition int, isr array<int>, high_watermark long, log_end_offset array<long>, " \
@@ -18,7 +19,7 @@ RESULTS = "request_id string, topic string, partition int, base_offset long, las
 # the figures of a round that did nothing, over settled partitions
 NOTHING = {"records_appended": 0, "records_replicated": 0, "results": 0, "requests_acked": 0, "requests_failed": 0,
            "pending_requests": 0, "brokers": set(), "changed": 0, "unsettled": 0, "isr_shrinks": 0, "isr_expands": 0,
-           "isr_changes": 0, "lagging": 0, "lagging_leaders": set(), "under_replicated_partitions": 0,
+           "isr_changes": 0, "lagging_leaders": set(), "under_replicated_partitions": 0,
            "under_min_isr_partitions": 0, "at_min_isr_partitions": 0, "offline_partitions": 0, "max_lag": 0,
            "fetch_request_partitions": 0}
 
@@ -89,14 +90,23 @@ def test_refused_requests_write_nothing_and_name_kafkas_error(spark):
     assert appended["records_appended"] == 3 and appended["log_end_offset"][0] == 13
 
 
-def test_a_lagging_follower_reads_a_range_of_the_leaders_log(spark):
-    # follower 2 is 4 records behind the leader's LEO before the round: it does not take this
-    # round's batch but the leader's log from its LEO; follower 1 takes the batch
-    out = round_of(spark, [partition(leo=(10, 10, 6), isr=(0, 1))], [("r1", "t", 0, 1, 2)], now=10)
+def test_a_lagging_follower_reads_a_range_of_the_leaders_log_and_takes_the_batch_after_it(spark):
+    # follower 2 is 4 records behind the leader's LEO before the round and read them (offsets 6-9)
+    # before the job: its first response is that read and, the read having reached the leader's
+    # LEO before the round, this round's batch, as follower 1's; its follow-up fetch at 12 proves
+    # it: back in the ISR, HW = LEO
+    state = spark.createDataFrame([partition(leo=(10, 10, 6), isr=(0, 1))], PARTITION_STATE_SCHEMA)
+    read = spark.createDataFrame([("t", 0, offset, 2) for offset in range(6, 10)],
+                                 "topic string, partition int, offset long, broker int")
+    out, figures = run_control_job(with_reads(state, read), summarise_inbox(inbox(spark, [("r1", "t", 0, 1, 2)]), 1),
+                                   RoundContext(round_id=7, now_ms=10, fetching_brokers=(0, 1, 2)))
     fetches = out.select(F.explode("fetches").alias("f")).select("f.*")
     assert_df_equality(fetches, spark.createDataFrame(
-        [(1, 10, 12, True), (2, 6, 10, False)], "broker int, from_offset long, to_offset long, from_batch boolean"),
-        ignore_nullable=True, ignore_row_order=True)
+        [(1, 10, 12, True), (2, 6, 10, False), (2, 10, 12, True)],
+        "broker int, from_offset long, to_offset long, from_batch boolean"), ignore_nullable=True, ignore_row_order=True)
+    row = out.first()
+    assert (row["isr"], row["high_watermark"], row["log_end_offset"], row["isr_expands"]) == ([0, 1, 2], 12, [12] * 3, 1)
+    assert (figures["records_replicated"], figures["lagging_leaders"]) == (8, set())
 
 
 def test_the_partition_state_of_todays_tables_gathers_each_replicas_row_in_replica_order(spark, new_cluster, clock):
@@ -133,9 +143,10 @@ def test_the_rounds_figures_come_back_with_the_control_jobs_tasks(spark):
     _, figures = run_control_job(state, summarise_inbox(inbox(spark, [("r1", "t", 0, 1, 2), ("r2", "t", 1, 1, 3)]), 2)
                                  .withColumn("bucket", F.col("partition")),
                                  RoundContext(round_id=7, now_ms=10, fetching_brokers=(0, 1, 2)))
-    # partition 0: 2 appended, follower 1 takes them (2 lags and reads the log); partition 1: 3 to both
+    # partition 0: 2 appended, follower 1 takes them (2 lags, and read nothing before the job);
+    # partition 1: 3 to both
     # partition 0 ends at min ISR 2 with follower 2 six records behind, under-replicated
     assert figures == {**NOTHING, "records_appended": 5, "records_replicated": 8, "results": 2, "requests_acked": 2,
-                       "brokers": {0, 1, 2}, "changed": 2, "unsettled": 1, "lagging": 1, "lagging_leaders": {0},
+                       "brokers": {0, 1, 2}, "changed": 2, "unsettled": 1, "lagging_leaders": {0},
                        "under_replicated_partitions": 1, "at_min_isr_partitions": 1, "max_lag": 6,
                        "fetch_request_partitions": 4}

@@ -12,8 +12,9 @@ In order, per partition, as Kafka's leader and fetcher threads do it:
    what the first had no room for;
 4. ISR shrink, judged on each replica's state after the round's fetches, and the HW after it;
 5. acks against that HW.
-A follower behind the leader's LEO before the round (lagging) reads a range of the leader's log
-instead of this round's batch: its fetch is listed with `from_batch` false for the data plane."""
+A follower behind the leader's LEO before the round (lagging) read a range of the leader's log
+before the job (data/catch_up.py): that is its first response, listed with `from_batch` false; its
+follow-up then proves what it wrote, and takes this round's batch if the read reached it."""
 
 from __future__ import annotations
 
@@ -106,6 +107,16 @@ class _Partitions:
         moved = maybe_increment_leader_hw(hw, replica_leo, self.exists, self.is_leader, self.in_isr, may_join,
                                           self.min_isr)
         return np.where(self.serving, moved, hw)  # only a leader moves its HW
+
+    def reads(self, state: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """What each lagging follower read of its leader's log before the control job (state columns
+        `read_to` and `read_records`, data/catch_up.with_reads; zeros without them)."""
+        if "read_to" not in state.column_names:
+            zero = np.zeros(self.brokers.shape, dtype=np.int64)
+            return zero, zero
+        width = self.brokers.shape[1]
+        return (padded(state.column("read_to"), width, 0, np.int64),
+                padded(state.column("read_records"), width, 0, np.int64))
 
     def quiescent_fetches(self, ctx: RoundContext) -> None:
         """replica.effective_fetch_state of every follower at its leader's LEO whose broker's last
@@ -244,8 +255,14 @@ def fetch_round(state: pa.Table, requests: pa.Table, ctx: RoundContext) -> pa.Ta
     joined_first = parts.fetch(fetched, own_leo, leo_new, hw, ctx)                      # 2. fetch
     hw = parts.high_watermark_after(hw, leo_new, ctx)
     zero = np.zeros(fetched.shape, dtype=np.int64)
-    first, first_batches = _respond(parts, appends, fetched & ~lagging, zero, ctx)
-    leo_after = own_leo + first
+    # a lagging follower's first response is what it read of the leader's log before the job, and
+    # this round's batches too when that reached the leader's LEO before the round
+    read_to, read_records = parts.reads(state)
+    read = np.where(lagging, read_records, 0)
+    base = np.where(lagging, np.maximum(own_leo, read_to), own_leo)
+    first, first_batches = _respond(parts, appends, fetched & (base >= parts.leader_leo[:, None]), zero, ctx)
+    leo_after = base + first
+    first = first + read
     got = first > 0
     replica_hw = np.where(fetched, np.minimum(hw[:, None], leo_after), parts.arrays["replica_high_watermark"])
     last_data_round = np.where(got, ctx.round_id, parts.arrays["last_data_round"])
@@ -255,7 +272,9 @@ def fetch_round(state: pa.Table, requests: pa.Table, ctx: RoundContext) -> pa.Ta
     follow = fetched & np.isin(pair, pair[got])
     joined_again = parts.fetch(follow, leo_after, leo_new, hw, ctx)
     hw = parts.high_watermark_after(hw, leo_new, ctx)
-    more, _ = _respond(parts, appends, follow & ~lagging, first_batches, ctx)
+    # (its response takes this round's batches for a follower at the leader's LEO before the round:
+    # one that lagged and read up to it takes them from the first)
+    more, _ = _respond(parts, appends, follow & (leo_after >= parts.leader_leo[:, None]), first_batches, ctx)
     leo_after = leo_after + more
     replica_hw = np.where(follow, np.minimum(hw[:, None], leo_after), replica_hw)
     parts.arrays["last_data_round"] = np.where(more > 0, ctx.round_id, last_data_round)
@@ -269,13 +288,14 @@ def fetch_round(state: pa.Table, requests: pa.Table, ctx: RoundContext) -> pa.Ta
     parts.arrays["replica_high_watermark"] = np.where(parts.is_leader, hw[:, None], replica_hw)
     changes = joined_first.any(axis=1).astype(int) + joined_again.any(axis=1) + shrunk.any(axis=1)
     return _output(state, parts, appends, hw, changes, (joined_first | joined_again, shrunk),
-                   (own_leo, leo_after, lagging, fetched), ctx)
+                   (own_leo, np.where(read > 0, np.maximum(own_leo, read_to), own_leo), read, first + more - read,
+                    fetched), ctx)
 
 
 def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarray, changes: np.ndarray,
             isr_moves: tuple, fetch: tuple, ctx: RoundContext) -> pa.Table:
     joined, shrunk = isr_moves
-    own_leo, leo_after, lagging, fetched = fetch
+    own_leo, read_end, read, from_batch, fetched = fetch
     n = state.num_rows
     isr_size = parts.in_isr.sum(axis=1)
     status, code = acks_rule.request_status(appends.error, appends.acks, appends.last, hw[appends.at],
@@ -297,15 +317,24 @@ def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarr
     known = appends.known[first]
     per_partition = np.bincount(appends.index[first][known], minlength=n) if n else np.zeros(0, dtype=np.int64)
     result_offsets = np.r_[0, np.cumsum(per_partition)].astype(np.int32)
-    from_batch = fetched & ~lagging & (leo_after > own_leo)
-    listed = from_batch | lagging
     leader_leo_before = parts.leader_leo
+    # what each follower took: the range of the leader's log a lagging one read (the data plane
+    # holds its rows), then its slice of this round's batch, from the leader's LEO before the round
+    read_rows, read_cols = np.nonzero(read > 0)
+    batch_rows, batch_cols = np.nonzero(from_batch > 0)
+    batch_from = np.broadcast_to(leader_leo_before[:, None], from_batch.shape)
+    rows = np.r_[read_rows, batch_rows]
+    order = np.argsort(rows, kind="stable")
+    brokers = np.r_[parts.brokers[read_rows, read_cols], parts.brokers[batch_rows, batch_cols]]
+    starts = np.r_[own_leo[read_rows, read_cols], batch_from[batch_rows, batch_cols]]
+    ends = np.r_[read_end[read_rows, read_cols], (batch_from + from_batch)[batch_rows, batch_cols]]
+    kinds = np.r_[np.zeros(len(read_rows), dtype=bool), np.ones(len(batch_rows), dtype=bool)]
     fetches = pa.StructArray.from_arrays(
-        [pa.array(parts.brokers[listed], type=pa.int32()), pa.array(own_leo[listed], type=pa.int64()),
-         pa.array(np.where(lagging, leader_leo_before[:, None], leo_after)[listed], type=pa.int64()),
-         pa.array(from_batch[listed], type=pa.bool_())],
+        [pa.array(brokers[order], type=pa.int32()), pa.array(starts[order], type=pa.int64()),
+         pa.array(ends[order], type=pa.int64()), pa.array(kinds[order], type=pa.bool_())],
         fields=list(CONTROL_OUTPUT_SCHEMA_ARROW.field("fetches").type.value_type))
-    fetch_offsets = np.r_[0, np.cumsum(listed.sum(axis=1))].astype(np.int32)
+    listed = (read > 0) | (from_batch > 0)
+    fetch_offsets = np.r_[0, np.cumsum((read > 0).sum(axis=1) + (from_batch > 0).sum(axis=1))].astype(np.int32)
     leo_new = appends.leader_leo
     followers_settled = np.where(parts.exists, parts.in_isr & (parts.arrays["log_end_offset"] == leo_new[:, None]),
                                  True).all(axis=1)
@@ -321,7 +350,7 @@ def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarr
         results=pa.ListArray.from_arrays(pa.array(result_offsets), results.take(pa.array(np.flatnonzero(known)))),
         fetches=pa.ListArray.from_arrays(pa.array(fetch_offsets), fetches),
         records_appended=pa.array(leo_new - leader_leo_before, type=pa.int64()),
-        records_replicated=pa.array(np.where(fetched & ~lagging, leo_after - own_leo, 0).sum(axis=1), type=pa.int64()),
+        records_replicated=pa.array(np.where(fetched, read + from_batch, 0).sum(axis=1), type=pa.int64()),
         isr_shrinks=pa.array(shrunk.sum(axis=1), type=pa.int32()),
         isr_expands=pa.array(joined.sum(axis=1), type=pa.int32()),
         is_settled=pa.array(followers_settled & (hw == leo_new), type=pa.bool_()),
