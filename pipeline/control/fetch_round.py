@@ -93,6 +93,11 @@ class _Partitions:
         self.leader_leo = np.where(self.is_leader, leo, 0).sum(axis=1)
         self.serving = np.zeros(len(self.leader), dtype=bool)  # a leader that answers (set by the round)
 
+    def set_fetch_state(self, state: FetchState) -> None:
+        self.arrays.update(last_fetch_time_ms=state.last_fetch_time_ms,
+                           last_fetch_leader_leo=state.last_fetch_leader_leo,
+                           last_caught_up_time_ms=state.last_caught_up_time_ms)
+
     def fetch_state(self) -> FetchState:
         return FetchState(self.arrays["last_fetch_time_ms"], self.arrays["last_fetch_leader_leo"],
                           self.arrays["last_caught_up_time_ms"])
@@ -132,28 +137,22 @@ class _Partitions:
                      & (self.arrays["fetch_offset"] >= self.leader_leo[:, None]))
         after = effective_fetch_state(self.fetch_state(), quiescent, np.where(known, times[at], 0),
                                       self.leader_leo[:, None])
-        self.arrays.update(last_fetch_time_ms=after.last_fetch_time_ms,
-                           last_fetch_leader_leo=after.last_fetch_leader_leo,
-                           last_caught_up_time_ms=after.last_caught_up_time_ms)
+        self.set_fetch_state(after)
 
     def reset(self, ctx: RoundContext) -> None:
         """Replica.resetReplicaState of every follower not paused, as a restarted leader does."""
         reset = (self.exists & ~self.is_leader & self.is_leader.any(axis=1)[:, None]
                  & ~np.isin(self.brokers, ctx.paused_brokers))
         after = reset_replica_state(self.fetch_state(), self.in_isr, self.leader_leo[:, None], ctx.now_ms, reset)
-        self.arrays.update(last_fetch_time_ms=after.last_fetch_time_ms,
-                           last_fetch_leader_leo=after.last_fetch_leader_leo,
-                           last_caught_up_time_ms=after.last_caught_up_time_ms)
+        self.set_fetch_state(after)
 
     def fetch(self, fetched: np.ndarray, fetch_offset: np.ndarray, leader_leo: np.ndarray, hw: np.ndarray,
               ctx: RoundContext) -> np.ndarray:
         """A fetch by the `fetched` followers at `fetch_offset`: their fetch state, and the joiners
         the leader adds to the ISR at it (returned)."""
         after = update_fetch_state(self.fetch_state(), fetch_offset, leader_leo[:, None], ctx.now_ms, fetched)
-        self.arrays.update(last_fetch_time_ms=after.last_fetch_time_ms,
-                           last_fetch_leader_leo=after.last_fetch_leader_leo,
-                           last_caught_up_time_ms=after.last_caught_up_time_ms,
-                           fetch_offset=np.where(fetched, fetch_offset, self.arrays["fetch_offset"]))
+        self.set_fetch_state(after)
+        self.arrays["fetch_offset"] = np.where(fetched, fetch_offset, self.arrays["fetch_offset"])
         eligible = ~np.isin(self.brokers, ctx.ineligible_brokers)  # Kafka's isReplicaIsrEligible
         joiners = maybe_expand_isr(self.in_isr, fetched & eligible, self.arrays["fetch_offset"], hw, self.epoch_start)
         self.in_isr = self.in_isr | joiners
