@@ -19,9 +19,9 @@ from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from pipeline.control.fetch_round import RoundContext, fetch_round
+from pipeline.control.fetch_round import RoundContext, fetch_round_and_sessions
 from pipeline.acks import STATUS_ACKED, STATUS_ERROR, STATUS_PENDING
-from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REQUEST_SUMMARY_SCHEMA, padded
+from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REQUEST_SUMMARY_SCHEMA, SESSION_ARRAYS, padded
 from pipeline.errors import ErrorCode
 from pipeline.replication import producer_fields_agree, record_size
 from pipeline.schemas import NO_LEADER, REPLICA_KEY
@@ -45,7 +45,8 @@ def partition_state_from_tables(partitions_df: DataFrame, replica_state_df: Data
     per_replica = {"log_start_offset": "log_start_offset", "log_end_offset": "log_end_offset",
                    "replica_high_watermark": "high_watermark", "fetch_offset": "fetch_offset",
                    "last_fetch_time_ms": "last_fetch_time_ms", "last_fetch_leader_leo": "last_fetch_leader_leo",
-                   "last_caught_up_time_ms": "last_caught_up_time_ms", "last_data_round": "last_data_round"}
+                   "last_caught_up_time_ms": "last_caught_up_time_ms", "last_data_round": "last_data_round",
+                   **{name: name for name in SESSION_ARRAYS}}
     gathered = current_rows(replica_state_df, REPLICA_KEY).groupBy("topic", "partition").agg(
         *[F.map_from_entries(F.collect_list(F.struct("broker", column))).alias(f"_{name}")
           for name, column in per_replica.items()])
@@ -63,7 +64,7 @@ def partition_state_from_tables(partitions_df: DataFrame, replica_state_df: Data
 
 def _in_replica_order(gathered: str):
     """A replica's value from the broker -> value map `gathered` (0 where the replica has no row)."""
-    return lambda broker: F.coalesce(F.element_at(F.col(gathered), broker), F.lit(0).cast("long"))
+    return lambda broker: F.coalesce(F.element_at(F.col(gathered), broker), F.lit(0)).cast("long")
 
 
 # A request's records for a partition form record batches of the records whose index in the request
@@ -124,7 +125,7 @@ def pending_requests(results_df: DataFrame, fetchers: int) -> DataFrame:
 _COUNTS = ("records_appended", "records_replicated", "results", "requests_acked", "requests_failed",
            "pending_requests", "changed", "unsettled", "isr_shrinks", "isr_expands", "isr_changes",
            "under_replicated_partitions", "under_min_isr_partitions", "at_min_isr_partitions", "offline_partitions",
-           "fetch_request_partitions")
+           "fetch_request_partitions", "fetch_response_partitions")
 
 
 class _Figures(AccumulatorParam):
@@ -138,6 +139,11 @@ class _Figures(AccumulatorParam):
         for name, value in b.items():
             if isinstance(value, set):
                 a[name] = a.get(name, set()) | value
+            elif isinstance(value, dict):
+                merged = dict(a.get(name, {}))
+                for key, n in value.items():
+                    merged[key] = merged.get(key, 0) + n
+                a[name] = merged
             elif name == "max_lag":
                 a[name] = max(a.get(name, 0), value)
             else:
@@ -164,14 +170,15 @@ def _bucket_figures(out: pa.Table, ctx: RoundContext) -> dict:
             "isr_expands": pc.sum(out.column("isr_expands")).as_py() or 0,
             "isr_changes": pc.sum(pc.greater(pc.add(out.column("isr_shrinks"), out.column("isr_expands")), 0))
             .as_py() or 0,
+            "fetch_request_partitions": pc.sum(out.column("fetch_request_partitions")).as_py() or 0,
+            "fetch_response_partitions": pc.sum(out.column("fetch_response_partitions")).as_py() or 0,
             **partition_gauges(out.filter(out.column("is_known")), ctx)}
 
 
 def partition_gauges(out: pa.Table, ctx: RoundContext) -> dict:
     """Kafka's partition gauges over partition rows after a round: under-replicated (ISR smaller
-    than the replicas), under and at min ISR, offline (no leader); the largest follower lag behind
-    its leader's LEO; and the partitions in the fetch requests (every follower of a serving leader
-    whose fetcher runs: a full fetch's partitions)."""
+    than the replicas), under and at min ISR, offline (no leader); and the largest follower lag
+    behind its leader's LEO (the leaders with a follower behind: `lagging_leaders`)."""
     replicas = out.column("replicas")
     rf = pc.list_value_length(replicas).to_numpy(zero_copy_only=False).astype(np.int64)
     isr = pc.list_value_length(out.column("isr")).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -189,13 +196,13 @@ def partition_gauges(out: pa.Table, ctx: RoundContext) -> dict:
     return {"lagging_leaders": set(leader[behind].tolist()),
             "under_replicated_partitions": int((isr < rf).sum()), "under_min_isr_partitions": int((isr < min_isr).sum()),
             "at_min_isr_partitions": int((isr == min_isr).sum()), "offline_partitions": int((leader == NO_LEADER).sum()),
-            "max_lag": int(lag.max()) if lag.size else 0,
-            "fetch_request_partitions": int((followers & np.isin(brokers, ctx.fetching_brokers)).sum())}
+            "max_lag": int(lag.max()) if lag.size else 0}
 
 
 def _bucket_rules(ctx: RoundContext, figures: Accumulator, state: pa.Table, requests: pa.Table) -> pa.Table:
-    out = fetch_round(state, requests, ctx)
-    figures.add(_bucket_figures(out, ctx))
+    out, sessions = fetch_round_and_sessions(state, requests, ctx)
+    figures.add({**_bucket_figures(out, ctx), "followed_up_sessions": set(sessions.followed_up),
+                 "session_partitions_added": sessions.added})
     return out
 
 
@@ -206,14 +213,17 @@ def run_control_job(state_df: DataFrame, summary_df: DataFrame, ctx: RoundContex
     their own): records_appended, records_replicated, results, the brokers whose logs take rows,
     the rows that changed (`is_changed`), the partitions not settled (`unsettled`), the leaders
     with a follower behind their LEO after the round (`lagging_leaders`: the logs the next round's
-    lagging followers read), and the rounds row's counts and gauges."""
+    lagging followers read), the rounds row's counts and gauges, the fetch sessions whose fetcher
+    sent a follow-up (`followed_up_sessions`) and the partitions each incremental request added to
+    its session (`session_partitions_added`: session id -> partitions)."""
     figures = state_df.sparkSession.sparkContext.accumulator({}, _Figures())
     requests = summary_df.select(*REQUEST_SUMMARY_SCHEMA.fieldNames())
     control = (state_df.groupBy("bucket").cogroup(requests.groupBy("bucket"))
                .applyInArrow(partial(_bucket_rules, ctx, figures), CONTROL_OUTPUT_SCHEMA)
                .localCheckpoint())
     totals = {name: 0 for name in _COUNTS}
-    totals.update(max_lag=0, brokers=set(), lagging_leaders=set())
+    totals.update(max_lag=0, brokers=set(), lagging_leaders=set(), followed_up_sessions=set(),
+                  session_partitions_added={})
     totals.update(figures.value)
     return control, totals
 

@@ -7,7 +7,7 @@ finds an HW or an ack past what the logs hold. It runs beside today's round (job
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import reduce
 from typing import Callable
 
@@ -15,7 +15,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline.control.fetch_round import RoundContext
-from pipeline.control.state import PARTITION_STATE_SCHEMA
+from pipeline.control.fetch_session import NO_SESSION, UNKNOWN
+from pipeline.control.state import PARTITION_STATE_SCHEMA, SESSION_ARRAYS
+from pipeline import fetch_session as sessions
 from pipeline.acks import STATUS_PENDING
 from pipeline.control_job import (partition_state_from_tables, pending_requests, produce_results, run_control_job,
                                   summarise_inbox)
@@ -84,8 +86,10 @@ def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataF
     control, figures = run_control_job(state_df, summary, ctx)
     lap("control job")
     batches = [log_rows(inbox_df, control)] if figures["records_appended"] else []
-    if read is not None:
-        batches.append(read)
+    if read is not None:  # what the job took of it (a follower whose fetch was refused took nothing)
+        taken = (control.select("topic", "partition", F.explode("fetches").alias("f")).filter(~F.col("f.from_batch"))
+                 .select("topic", "partition", F.col("f.broker").alias("broker")))
+        batches.append(read.join(taken, on=["topic", "partition", "broker"], how="left_semi"))
     if batches and figures["brokers"]:
         rows = reduce(DataFrame.unionByName, batches).localCheckpoint()  # pinned once, for every broker
         lap("number records")
@@ -202,8 +206,8 @@ def _replica_state_rows(rows: DataFrame) -> DataFrame:
         **{name: F.element_at(F.col(array), at) for name, array in arrays.items()},
         "high_watermark": F.when(F.col("broker") == F.col("leader"), F.col("high_watermark"))
         .otherwise(F.element_at(F.col("replica_high_watermark"), at)),
-        "session_id": F.lit(0), "session_max_bytes": F.lit(0).cast("long"),
-        "session_high_watermark": F.lit(-1).cast("long"), "session_leader_log_start_offset": F.lit(-1).cast("long"),
+        **{name: F.when(F.col("broker") == F.col("leader"), F.lit(none)).otherwise(F.element_at(F.col(name), at))
+           for name, none in zip(SESSION_ARRAYS, (NO_SESSION, 0, UNKNOWN, UNKNOWN))},  # (a leader is in no session)
         "validated_leader_epoch": F.col("leader_epoch"), "round_id": F.col("round_id")}
     return exploded.select(*[columns[f.name].cast(f.dataType).alias(f.name) for f in REPLICA_STATE_SCHEMA.fields])
 
@@ -249,7 +253,9 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
                        partition_max_bytes=int(config["replica.fetch.max.bytes"]),
                        response_max_bytes=int(config["replica.fetch.response.max.bytes"]),
                        restarted=inputs.restarted, paused_brokers=tuple(sorted(inputs.paused_brokers)),
-                       broker_last_fetch_ms=_last_fetches(inputs))
+                       broker_last_fetch_ms=_last_fetches(inputs),
+                       fetch_contexts=tuple((int(c.fetcher[len(sessions.REPLICA_FETCHER_PREFIX):]), c.leader, c.kind,
+                                             c.session_id) for c in inputs.contexts))
     tables = RoundTables(logs={b: storage.log_path(b) for b in inputs.brokers})
     wrote = {}
 
@@ -279,19 +285,22 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
                               commit_outputs=commit_outputs, topic_checks=summary_checks,
                               lagging_leaders=carry.lagging_leaders if carry is not None else None)
     figures = active.figures
+    added = figures["session_partitions_added"]
+    after = [replace(s, size=s.size + added.get(s.session_id, 0)) for s in inputs.sessions_after]
+    after, handles = sessions.follow_up(after, inputs.handles_after, figures["followed_up_sessions"])
     report = RoundReport(
         round_id=inputs.round_id, now_ms=inputs.now_ms, inbox_version=inbox_version,
         admin_version=inputs.last_admin_version,
         retention_checked_ms=inputs.now_ms if inputs.retention_due else inputs.last_retention_check_ms,
         fetch_request_partitions=figures["fetch_request_partitions"],
-        fetch_response_partitions=figures["fetch_request_partitions"],  # full fetches: each partition answered
+        fetch_response_partitions=figures["fetch_response_partitions"],
         active_partitions=figures["unsettled"],
         **{name: int(figures[name]) for name in (
             "records_appended", "records_replicated", "requests_acked", "requests_failed", "isr_shrinks",
             "isr_expands", "under_replicated_partitions", "under_min_isr_partitions", "at_min_isr_partitions",
             "offline_partitions", "max_lag", "pending_requests")},
         duration_ms=int((time.perf_counter() - started) * 1000), batch_id=inputs.batch_id,
-        **_session_figures(inputs, inputs.sessions_after, inputs.handles_after))
+        **_session_figures(inputs, after, handles))
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds",
                          inputs.round_id)
     versions = tuple(v + wrote.get(table, 0) for table, v in zip(CARRIED_TABLES, seen))

@@ -2,6 +2,8 @@
 inbox summary by bucket, Kafka's rules over each bucket in one task. Scenarios with exact numbers,
 among them the two defects of today's round that v2 fixes (issue "Round v2")."""
 
+from dataclasses import replace
+
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
@@ -21,14 +23,16 @@ NOTHING = {"records_appended": 0, "records_replicated": 0, "results": 0, "reques
            "pending_requests": 0, "brokers": set(), "changed": 0, "unsettled": 0, "isr_shrinks": 0, "isr_expands": 0,
            "isr_changes": 0, "lagging_leaders": set(), "under_replicated_partitions": 0,
            "under_min_isr_partitions": 0, "at_min_isr_partitions": 0, "offline_partitions": 0, "max_lag": 0,
-           "fetch_request_partitions": 0}
+           "fetch_request_partitions": 0, "fetch_response_partitions": 0, "followed_up_sessions": set(),
+           "session_partitions_added": {}}
 
 
 def partition(topic="t", p=0, leader=0, isr=(0, 1, 2), hw=10, leo=(10, 10, 10), caught_up_ms=0, min_isr=2,
               lag_ms=1000, epoch_start=0, fetch_offset=None):
     fetch_offset = list(fetch_offset or leo)
     return (topic, p, 0, leader, 1, epoch_start, 1, [0, 1, 2], list(isr), hw, min_isr, lag_ms, [0, 0, 0], list(leo),
-            [hw] * 3, fetch_offset, [caught_up_ms] * 3, fetch_offset, [caught_up_ms] * 3, [0, 0, 0])
+            [hw] * 3, fetch_offset, [caught_up_ms] * 3, fetch_offset, [caught_up_ms] * 3, [0, 0, 0],
+            [0, 0, 0], [0, 0, 0], [-1, -1, -1], [-1, -1, -1])  # in no fetch session
 
 
 def inbox(spark, rows):
@@ -126,14 +130,22 @@ def test_the_partition_state_of_todays_tables_gathers_each_replicas_row_in_repli
     for r in storage.read("replica_state").collect():  # the newest row of each replica
         if r["broker"] not in newest or r["round_id"] > newest[r["broker"]]["round_id"]:
             newest[r["broker"]] = r
-    by_broker = {b: r["last_fetch_time_ms"] for b, r in newest.items()}
-    assert row["last_fetch_time_ms"] == [by_broker[b] for b in replicas]
-    # and the control job takes it as it is: an idle round keeps it settled
-    out, figures = run_control_job(state, summarise_inbox(inbox(spark, []), 1),
-                                   RoundContext(round_id=9, now_ms=1000, fetching_brokers=(0, 1, 2)))
-    assert figures == {**NOTHING, "fetch_request_partitions": 2}
+    assert row["last_fetch_time_ms"] == [newest[b]["last_fetch_time_ms"] for b in replicas]
+    # the followers' entries in their leader's session cache (the leader is in none)
+    assert row["session_id"] == [newest[b]["session_id"] for b in replicas] and row["session_id"][0] == 0
+    assert all(row["session_id"][1:]) and row["session_high_watermark"] == [-1, 2, 2]
+    # and the control job takes it as it is: an idle round in those sessions (incremental fetches)
+    # keeps it settled, and its requests and responses carry nothing (KIP-227)
+    contexts = tuple((int(c.fetcher.split("-")[1]), c.leader, "incremental", c.session_id)
+                     for c in cluster.fetch_requests())
+    ctx = RoundContext(round_id=9, now_ms=1000, fetching_brokers=(0, 1, 2), fetch_contexts=contexts)
+    out, figures = run_control_job(state, summarise_inbox(inbox(spark, []), 1), ctx)
+    assert figures == NOTHING
     out = out.first()
     assert out["high_watermark"] == 2 and out["is_settled"] and out["isr"] == replicas
+    # without a session every follower fetches in full: each partition in each request and response
+    _, figures = run_control_job(state, summarise_inbox(inbox(spark, []), 1), replace(ctx, fetch_contexts=()))
+    assert figures == {**NOTHING, "fetch_request_partitions": 2, "fetch_response_partitions": 2, "changed": 1}
 
 
 def test_the_rounds_figures_come_back_with_the_control_jobs_tasks(spark):
@@ -145,8 +157,11 @@ def test_the_rounds_figures_come_back_with_the_control_jobs_tasks(spark):
                                  RoundContext(round_id=7, now_ms=10, fetching_brokers=(0, 1, 2)))
     # partition 0: 2 appended, follower 1 takes them (2 lags, and read nothing before the job);
     # partition 1: 3 to both
-    # partition 0 ends at min ISR 2 with follower 2 six records behind, under-replicated
+    # partition 0 ends at min ISR 2 with follower 2 six records behind, under-replicated. Without
+    # sessions every fetch is full: the 4 first fetches, and the follow-ups of the fetchers that took
+    # records, full again: partition 0's follower 1 and partition 1's two (a bucket is a fetcher of
+    # its own, and follower 2's fetcher of partition 0 took nothing): 7 in requests and responses
     assert figures == {**NOTHING, "records_appended": 5, "records_replicated": 8, "results": 2, "requests_acked": 2,
                        "brokers": {0, 1, 2}, "changed": 2, "unsettled": 1, "lagging_leaders": {0},
                        "under_replicated_partitions": 1, "at_min_isr_partitions": 1, "max_lag": 6,
-                       "fetch_request_partitions": 4}
+                       "fetch_request_partitions": 7, "fetch_response_partitions": 7}

@@ -1,11 +1,14 @@
 """Round v2's vectorised rules (pipeline/control/), alone, with Kafka's numbers: IsrExpirationTest's
 scenarios (lag 100 ms, leader LEO 20), maybeIncrementLeaderHW, the leader's produce checks, base
-offsets, acks, and readFromLocalLog's limits. No Spark: numpy in, numpy out."""
+offsets, acks, readFromLocalLog's limits, and KIP-227's incremental requests and responses. No
+Spark: numpy in, numpy out."""
 
 import numpy as np
 
 from pipeline.control.acks import request_status
 from pipeline.control.fetch_response import batches_taken
+from pipeline.control.fetch_session import (NO_SESSION, UNKNOWN, CachedPartitions, cache_after_response,
+                                            must_respond, request_carries)
 from pipeline.control.leader_append import assign_base_offsets, produce_error
 from pipeline.control.partition import maybe_expand_isr, maybe_increment_leader_hw, out_of_sync_replicas
 from pipeline.control.replica import FetchState, is_caught_up, update_fetch_state
@@ -151,3 +154,32 @@ def test_the_response_limit_reads_later_partitions_into_the_bytes_left():
 
 def test_no_batches_take_nothing():
     assert batches_taken(A([0]), A([100]), A([], dtype=int), A([], dtype=int), 100).tolist() == []
+
+
+def test_an_incremental_request_carries_added_and_altered_partitions_only():
+    # cached at offset 5 with 1000 bytes: unchanged, moved offset, new max bytes, not cached
+    carries = request_carries(cached=A([True, True, True, False]), fetch_offset=A([5, 6, 5, 5]),
+                              cached_fetch_offset=A([5, 5, 5, 0]), max_bytes=A([1000, 1000, 500, 1000]),
+                              cached_max_bytes=A([1000, 1000, 1000, 0]))
+    assert carries.tolist() == [False, True, True, True]
+
+
+def test_an_incremental_response_carries_records_a_new_hw_or_log_start_and_every_new_partition():
+    respond = must_respond(records=A([0, 3, 0, 0, 0]), high_watermark=A([7, 7, 8, 7, 7]),
+                           cached_high_watermark=A([7, 7, 7, 7, UNKNOWN]), leader_log_start_offset=A([0, 0, 0, 2, 0]),
+                           cached_leader_log_start_offset=A([0, 0, 0, 0, UNKNOWN]))
+    assert respond.tolist() == [False, True, True, True, True]
+
+
+def test_the_cache_keeps_what_it_sent_and_a_request_without_a_session_leaves_none():
+    cache = CachedPartitions(session_id=A([5, 5, 5, 5]), max_bytes=A([100] * 4), high_watermark=A([3] * 4),
+                             leader_log_start_offset=A([0] * 4))
+    # replica 0 did not fetch; 1 fetched in session 5 and was answered with HW 4; 2 in session 5
+    # and left out of the response; 3 fetched without a session
+    after = cache_after_response(cache, fetched=A([False, True, True, True]), session_id=A([5, 5, 5, NO_SESSION]),
+                                 max_bytes=200, responded=A([True, True, False, True]), high_watermark=A([4] * 4),
+                                 leader_log_start_offset=A([1] * 4))
+    assert after.session_id.tolist() == [5, 5, 5, NO_SESSION]
+    assert after.max_bytes.tolist() == [100, 200, 200, 0]
+    assert after.high_watermark.tolist() == [3, 4, 3, UNKNOWN]
+    assert after.leader_log_start_offset.tolist() == [0, 1, 0, UNKNOWN]

@@ -5,20 +5,27 @@ the response limit across a request's partitions with rotation, the follow-up ca
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from pipeline.control.fetch_round import RoundContext, fetch_round
+from pipeline.control.fetch_round import RoundContext, fetch_round, fetch_round_and_sessions
 from pipeline.control.state import PARTITION_STATE_SCHEMA, REQUEST_SUMMARY_SCHEMA
 
 STATE = to_arrow_schema(PARTITION_STATE_SCHEMA)
 REQUESTS = to_arrow_schema(REQUEST_SUMMARY_SCHEMA)
 
 
-def partition(p, leader=0, isr=(0, 1, 2), leo=10, last_data_round=(0, 0, 0), caught_up_ms=0):
+def partition(p, leader=0, isr=(0, 1, 2), leo=10, last_data_round=(0, 0, 0), caught_up_ms=0, session=(0, 0, 0),
+              sent_hw=None):
+    """A partition of replicas [0, 1, 2] at LEO `leo` (every replica), HW `leo`; `session`: each
+    replica's session in its leader's cache (0: none), `sent_hw` the HW last sent in it."""
+    cached = [s != 0 for s in session]
     return dict(topic="t", partition=p, bucket=0, leader=leader, leader_epoch=1, leader_epoch_start_offset=0,
                 partition_epoch=1, replicas=[0, 1, 2], isr=list(isr), high_watermark=leo, min_isr=1,
                 lag_time_max_ms=1000, log_start_offset=[0] * 3, log_end_offset=[leo] * 3,
                 replica_high_watermark=[leo] * 3, fetch_offset=[leo] * 3, last_fetch_time_ms=[caught_up_ms] * 3,
                 last_fetch_leader_leo=[leo] * 3, last_caught_up_time_ms=[caught_up_ms] * 3,
-                last_data_round=list(last_data_round))
+                last_data_round=list(last_data_round), session_id=list(session),
+                session_max_bytes=[1_048_576 if c else 0 for c in cached],
+                session_high_watermark=[(leo if sent_hw is None else sent_hw) if c else -1 for c in cached],
+                session_leader_log_start_offset=[0 if c else -1 for c in cached])
 
 
 def request(request_id, p, count, size, acks=1, order=1, batch=0):
@@ -119,3 +126,56 @@ def test_a_paused_follower_was_caught_up_at_its_brokers_last_fetch_of_an_unchang
     assert isr(2000) == [0, 1, 2]
     assert isr(2001) == [0, 1]
     assert isr(2000, last_fetches=()) == [0, 1]  # with no fetch known since t=500
+
+
+def sessions_of(out, name="session_id"):
+    return {p: out[("t", p)][name] for p in sorted(q for _, q in out)}
+
+
+def test_an_incremental_fetch_carries_only_what_changed_and_its_follow_up_the_moved_offsets_and_hw():
+    # leader 0; followers 1 and 2 fetch in sessions 11 and 22. Partition 0 is idle; partition 1
+    # takes a record; partition 2 is not yet in session 22 (added by this request)
+    parts = [partition(0, session=(0, 11, 22)), partition(1, session=(0, 11, 22)), partition(2, session=(0, 11, 0))]
+    contexts = ((1, 0, "incremental", 11), (2, 0, "incremental", 22))
+    state = pa.Table.from_pylist(parts, schema=STATE)
+    ctx = RoundContext(round_id=3, now_ms=100, fetching_brokers=(0, 1, 2), fetch_contexts=contexts)
+    table, figures = fetch_round_and_sessions(state, pa.Table.from_pylist([request("r", 1, 1, 50)], schema=REQUESTS), ctx)
+    out = {(r["topic"], r["partition"]): r for r in table.to_pylist()}
+    # first fetch: requests carry partition 2 to session 22 (added); responses partition 1 to both
+    # (records) and 2 to broker 2 (new to the session: no HW sent yet). Follow-up of both fetchers
+    # (they took records): requests carry partition 1 (its fetch offset moved), responses partition
+    # 1 (its HW moved from 10 to 11); partitions 0 and 2 are in neither
+    assert {p: (out[("t", p)]["fetch_request_partitions"], out[("t", p)]["fetch_response_partitions"])
+            for p in range(3)} == {0: (0, 0), 1: (2, 4), 2: (1, 1)}
+    assert (figures.followed_up, figures.added) == (frozenset({11, 22}), {22: 1})
+    assert sessions_of(out) == {0: [0, 11, 22], 1: [0, 11, 22], 2: [0, 11, 22]}
+    # the HW each session last sent; the followers' own HW follows what their responses carried
+    assert sessions_of(out, "session_high_watermark") == {0: [-1, 10, 10], 1: [-1, 11, 11], 2: [-1, 10, 10]}
+    assert [out[("t", 1)][k] for k in ("high_watermark", "log_end_offset", "replica_high_watermark")] == \
+        [11, [11, 11, 11], [11, 11, 11]]
+    # only the rows whose cache entry or state moved must be written
+    assert [out[("t", p)]["is_changed"] for p in range(3)] == [False, True, True]
+
+
+def test_a_fetch_answered_with_a_session_error_carries_nothing():
+    # broker 2's request is refused (FETCH_SESSION_ID_NOT_FOUND): it takes nothing and the leader
+    # learns nothing from it, so the HW waits for it (in the ISR, caught up within the lag)
+    ctx = RoundContext(round_id=3, now_ms=100, fetching_brokers=(0, 1, 2),
+                       fetch_contexts=((1, 0, "incremental", 11), (2, 0, "error", 22)))
+    state = pa.Table.from_pylist([partition(0, session=(0, 11, 22))], schema=STATE)
+    out = fetch_round(state, pa.Table.from_pylist([request("r", 0, 1, 50, acks=-1)], schema=REQUESTS), ctx).to_pylist()[0]
+    assert (out["log_end_offset"], out["high_watermark"], out["isr"]) == ([11, 11, 10], 10, [0, 1, 2])
+    assert [r["status"] for r in out["results"]] == ["pending"]
+    # broker 1: its response carries the record, its follow-up's request the moved offset, and its
+    # response nothing (the HW did not move)
+    assert (out["session_id"], out["fetch_request_partitions"], out["fetch_response_partitions"]) == ([0, 11, 22], 1, 1)
+
+
+def test_a_full_fetch_without_room_in_the_cache_leaves_the_session_and_a_new_one_caches_everything():
+    ctx = RoundContext(round_id=3, now_ms=100, fetching_brokers=(0, 1, 2),
+                       fetch_contexts=((1, 0, "full", 0), (2, 0, "full", 33)))
+    state = pa.Table.from_pylist([partition(0, session=(0, 11, 22), sent_hw=7)], schema=STATE)
+    out = fetch_round(state, pa.Table.from_pylist([], schema=REQUESTS), ctx).to_pylist()[0]
+    assert (out["session_id"], out["session_high_watermark"], out["session_max_bytes"]) == \
+        ([0, 0, 33], [-1, -1, 10], [0, 0, 1_048_576])
+    assert (out["fetch_request_partitions"], out["fetch_response_partitions"], out["is_changed"]) == (2, 2, True)

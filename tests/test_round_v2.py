@@ -13,7 +13,7 @@ from pipeline.schemas import INBOX_SCHEMA
 
 def empty_partition(p):
     return ("t", p, 0, p % 3, 1, 0, 1, [p % 3, (p + 1) % 3, (p + 2) % 3], [p % 3, (p + 1) % 3, (p + 2) % 3], 0, 2,
-            30_000, *([[0, 0, 0]] * 8))
+            30_000, *([[0, 0, 0]] * 8), [0, 0, 0], [0, 0, 0], [-1, -1, -1], [-1, -1, -1])  # (in no fetch session)
 
 
 def produced(spark, requests, version):
@@ -90,6 +90,22 @@ def test_a_paused_follower_gets_nothing_and_the_hw_waits_for_it_while_it_is_in_t
     assert (row["log_end_offset"], row["high_watermark"], out.records_replicated, out.unsettled) == ([2, 2, 2], 2, 2, 0)
     final = results_of(spark, tables).filter("round_id = 2").collect()
     assert [(r["request_id"], r["status"], r["base_offset"], r["last_offset"]) for r in final] == [("a", "acked", 0, 1)]
+
+
+def test_a_lagging_follower_whose_fetch_is_refused_with_a_session_error_writes_nothing_of_its_read(spark, tmp_path):
+    tables = RoundTables({b: str(tmp_path / f"log{b}") for b in range(3)}, str(tmp_path / "state"))
+    state = spark.createDataFrame([empty_partition(0), empty_partition(1)], PARTITION_STATE_SCHEMA)
+    out = run_active_round(state, produced(spark, [("a", 1, [(0, "x")])], 1), None, RoundContext(1, 100, (0, 1)), 1,
+                           tables, appender(tables))
+    # broker 2 resumes, 1 record behind on partition 0 (leader 0), whose leader answers its fetch
+    # with FETCH_SESSION_ID_NOT_FOUND; its fetch from leader 1 takes partition 1's new record. The
+    # range it is behind by on partition 0 was read before the job, and none of it is written
+    contexts = ((1, 0, "sessionless", 0), (2, 0, "error", 7), (2, 1, "sessionless", 0), (0, 1, "sessionless", 0))
+    out = run_active_round(out.state, produced(spark, [("b", 1, [(1, "y")])], 2), None,
+                           RoundContext(2, 200, (0, 1, 2), fetch_contexts=contexts), 1, tables, appender(tables),
+                           lagging_leaders=out.figures["lagging_leaders"])
+    assert log(spark, tables.logs[2]) == [(1, 0, "y", 1)]
+    assert {r["partition"]: r["log_end_offset"] for r in out.state.collect()} == {0: [1, 1, 0], 1: [1, 1, 1]}
 
 
 def test_a_lagging_follower_reads_within_the_partition_limit_at_least_one_record(spark, tmp_path):

@@ -27,15 +27,20 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from pipeline.control import acks as acks_rule
 from pipeline.control.fetch_response import batches_taken
+from pipeline.control.fetch_session import (NO_SESSION, UNKNOWN, CachedPartitions, cache_after_response,
+                                            must_respond, request_carries)
 from pipeline.control.leader_append import assign_base_offsets, produce_error
 from pipeline.control.partition import maybe_expand_isr, maybe_increment_leader_hw, out_of_sync_replicas
 from pipeline.control.replica import (FetchState, effective_fetch_state, is_caught_up, reset_replica_state,
                                       update_fetch_state)
-from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REPLICA_ARRAYS, as_lists, padded
+from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REPLICA_ARRAYS, SESSION_ARRAYS, as_lists, padded
 
-__all__ = ["RoundContext", "fetch_round"]
+__all__ = ["RoundContext", "SessionFigures", "fetch_round", "fetch_round_and_sessions"]
 
 _NOBODY = -1  # the broker of a padding column
+# what a leader made of a follower's fetch request (fetch_session.Context.kind); _NONE: none was sent
+_FULL, _SESSIONLESS, _INCREMENTAL, _ERROR, _NONE = range(5)
+_KINDS = {"full": _FULL, "sessionless": _SESSIONLESS, "incremental": _INCREMENTAL, "error": _ERROR}
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,25 @@ class RoundContext:
     # (broker, its fetcher's last fetch before this round: the last round, or when it was paused);
     # a follower at its leader's LEO was caught up then (replica.effective_fetch_state)
     broker_last_fetch_ms: tuple[tuple[int, int], ...] = ()
+    # what each leader made of each follower's fetch request this round (KIP-227, decided by the
+    # driver: fetch_session.round_contexts): (follower, leader, kind, session id), kind 'full',
+    # 'sessionless', 'incremental' or 'error' (the request is answered with an error and carries
+    # nothing). Empty: every follower fetches in full without a session.
+    fetch_contexts: tuple[tuple[int, int, str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class SessionFigures:
+    """What a bucket's round did to the leaders' fetch sessions beyond their contexts: the sessions
+    whose fetcher sent a follow-up fetch (each moves to its next epoch), and the partitions each
+    incremental request added to its session."""
+
+    followed_up: frozenset = frozenset()
+    added: dict = None  # session id -> partitions added
+
+    def __post_init__(self) -> None:
+        if self.added is None:
+            object.__setattr__(self, "added", {})
 
 
 def _np(table: pa.Table, name: str) -> np.ndarray:
@@ -92,6 +116,32 @@ class _Partitions:
         leo = self.arrays["log_end_offset"]
         self.leader_leo = np.where(self.is_leader, leo, 0).sum(axis=1)
         self.serving = np.zeros(len(self.leader), dtype=bool)  # a leader that answers (set by the round)
+
+    def requests(self, ctx: RoundContext) -> tuple[np.ndarray, np.ndarray]:
+        """Each replica's fetch request this round as its leader took it (`ctx.fetch_contexts`):
+        the kind (_FULL, _SESSIONLESS, _INCREMENTAL, _ERROR; _NONE: no request) and the session."""
+        shape = self.brokers.shape
+        if not ctx.fetch_contexts:
+            return np.full(shape, _SESSIONLESS), np.full(shape, NO_SESSION, dtype=np.int64)
+        keys = np.array([f * 2**32 + leader for f, leader, _, _ in ctx.fetch_contexts], dtype=np.int64)
+        kinds = np.array([_KINDS[kind] for _, _, kind, _ in ctx.fetch_contexts])
+        ids = np.array([sid for _, _, _, sid in ctx.fetch_contexts], dtype=np.int64)
+        order = np.argsort(keys)
+        keys, kinds, ids = keys[order], kinds[order], ids[order]
+        pair = self.brokers.astype(np.int64) * 2**32 + self.leader[:, None].astype(np.int64)
+        at = np.clip(np.searchsorted(keys, pair), 0, len(keys) - 1)
+        found = keys[at] == pair
+        return np.where(found, kinds[at], _NONE), np.where(found, ids[at], NO_SESSION)
+
+    def cache(self) -> CachedPartitions:
+        a = self.arrays
+        return CachedPartitions(a["session_id"], a["session_max_bytes"], a["session_high_watermark"],
+                                a["session_leader_log_start_offset"])
+
+    def set_cache(self, cache: CachedPartitions) -> None:
+        self.arrays.update(session_id=cache.session_id, session_max_bytes=cache.max_bytes,
+                           session_high_watermark=cache.high_watermark,
+                           session_leader_log_start_offset=cache.leader_log_start_offset)
 
     def set_fetch_state(self, state: FetchState) -> None:
         self.arrays.update(last_fetch_time_ms=state.last_fetch_time_ms,
@@ -236,6 +286,13 @@ def _respond(parts: _Partitions, appends: _Appends, fetched: np.ndarray, skip: n
 
 def fetch_round(state: pa.Table, requests: pa.Table, ctx: RoundContext) -> pa.Table:
     """The bucket's partitions after the round (CONTROL_OUTPUT_SCHEMA)."""
+    return fetch_round_and_sessions(state, requests, ctx)[0]
+
+
+def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundContext
+                             ) -> tuple[pa.Table, SessionFigures]:
+    """The bucket's partitions after the round (CONTROL_OUTPUT_SCHEMA), and what the round did to
+    the leaders' fetch sessions (their follow-ups and the partitions incremental requests added)."""
     state = state.sort_by([("topic", "ascending"), ("partition", "ascending")])
     parts = _Partitions(state)
     if ctx.restarted:
@@ -244,11 +301,25 @@ def fetch_round(state: pa.Table, requests: pa.Table, ctx: RoundContext) -> pa.Ta
     appends = _Appends(requests, parts)
     leo_new = appends.leader_leo
     parts.serving = parts.is_leader.any(axis=1) & ~np.isin(parts.leader, ctx.ineligible_brokers)
-    followers = parts.exists & ~parts.is_leader & np.isin(parts.brokers, ctx.fetching_brokers) & parts.serving[:, None]
+    kind, session = parts.requests(ctx)
+    incremental = kind == _INCREMENTAL
+    sessioned = np.isin(kind, (_FULL, _INCREMENTAL)) & (session != NO_SESSION)
+    followers = (parts.exists & ~parts.is_leader & np.isin(parts.brokers, ctx.fetching_brokers)
+                 & parts.serving[:, None] & np.isin(kind, (_FULL, _SESSIONLESS, _INCREMENTAL)))
     own_leo = parts.arrays["log_end_offset"]
     # a follower past the leader's LEO diverges and truncates first (not in this step's scope)
     fetched = followers & (own_leo <= parts.leader_leo[:, None])
     lagging = fetched & (own_leo < parts.leader_leo[:, None])
+    leader_lso = np.where(parts.is_leader, parts.arrays["log_start_offset"], 0).sum(axis=1)[:, None]
+    max_bytes = ctx.partition_max_bytes
+    cache = parts.cache()
+    cached = cache.session_id == session
+    # KIP-227: an incremental request carries the partitions added to its session or altered; a
+    # full one all (the follower's log start offset, which the request also carries, does not move
+    # in a round v2 runs)
+    requested = fetched & np.where(incremental, request_carries(cached, own_leo, parts.arrays["fetch_offset"],
+                                                                max_bytes, cache.max_bytes), True)
+    added = fetched & incremental & ~cached
 
     hw = parts.high_watermark
     joined_first = parts.fetch(fetched, own_leo, leo_new, hw, ctx)                      # 2. fetch
@@ -263,19 +334,33 @@ def fetch_round(state: pa.Table, requests: pa.Table, ctx: RoundContext) -> pa.Ta
     leo_after = base + first
     first = first + read
     got = first > 0
-    replica_hw = np.where(fetched, np.minimum(hw[:, None], leo_after), parts.arrays["replica_high_watermark"])
+    responded = fetched & np.where(incremental, must_respond(
+        first, hw[:, None], np.where(cached, cache.high_watermark, UNKNOWN), leader_lso,
+        np.where(cached, cache.leader_log_start_offset, UNKNOWN)), True)
+    cache = cache_after_response(cache, fetched, np.where(sessioned, session, NO_SESSION), max_bytes, responded,
+                                 hw[:, None], leader_lso)
+    replica_hw = np.where(responded, np.minimum(hw[:, None], leo_after), parts.arrays["replica_high_watermark"])
     last_data_round = np.where(got, ctx.round_id, parts.arrays["last_data_round"])
     parts.arrays["last_data_round"] = last_data_round
-    # 3. the follow-up: every follower whose response carried records fetches again at once
+    # 3. the follow-up: every follower whose response carried records fetches again at once, in its
+    # session an incremental request (the partitions whose fetch offset moved) and response
     pair = parts.brokers.astype(np.int64) * 2**32 + parts.leader[:, None].astype(np.int64)
     follow = fetched & np.isin(pair, pair[got])
+    offered = parts.arrays["fetch_offset"]
+    requested_again = follow & np.where(sessioned, request_carries(cache.session_id == session, leo_after, offered,
+                                                                   max_bytes, cache.max_bytes), True)
     joined_again = parts.fetch(follow, leo_after, leo_new, hw, ctx)
     hw = parts.high_watermark_after(hw, leo_new, ctx)
     # (its response takes this round's batches for a follower at the leader's LEO before the round:
     # one that lagged and read up to it takes them from the first)
     more, _ = _respond(parts, appends, follow & (leo_after >= parts.leader_leo[:, None]), first_batches, ctx)
     leo_after = leo_after + more
-    replica_hw = np.where(follow, np.minimum(hw[:, None], leo_after), replica_hw)
+    responded_again = follow & np.where(sessioned, must_respond(more, hw[:, None], cache.high_watermark, leader_lso,
+                                                                cache.leader_log_start_offset), True)
+    cache = cache_after_response(cache, follow, np.where(sessioned, session, NO_SESSION), max_bytes,
+                                 responded_again, hw[:, None], leader_lso)
+    parts.set_cache(cache)
+    replica_hw = np.where(responded_again, np.minimum(hw[:, None], leo_after), replica_hw)
     parts.arrays["last_data_round"] = np.where(more > 0, ctx.round_id, last_data_round)
     # 4. shrink, on the state after every fetch of the round; the HW the smaller ISR allows
     shrunk = out_of_sync_replicas(parts.in_isr, parts.is_leader, parts.arrays["fetch_offset"], leo_new,
@@ -286,13 +371,18 @@ def fetch_round(state: pa.Table, requests: pa.Table, ctx: RoundContext) -> pa.Ta
     parts.arrays["fetch_offset"] = np.where(parts.is_leader, leo_new[:, None], parts.arrays["fetch_offset"])
     parts.arrays["replica_high_watermark"] = np.where(parts.is_leader, hw[:, None], replica_hw)
     changes = joined_first.any(axis=1).astype(int) + joined_again.any(axis=1) + shrunk.any(axis=1)
-    return _output(state, parts, appends, hw, changes, (joined_first | joined_again, shrunk),
-                   (own_leo, np.where(read > 0, np.maximum(own_leo, read_to), own_leo), read, first + more - read,
-                    fetched), ctx)
+    entries = ((requested.sum(axis=1) + requested_again.sum(axis=1)),
+               (responded.sum(axis=1) + responded_again.sum(axis=1)))
+    out = _output(state, parts, appends, hw, changes, (joined_first | joined_again, shrunk),
+                  (own_leo, np.where(read > 0, np.maximum(own_leo, read_to), own_leo), read, first + more - read,
+                   fetched), entries, ctx)
+    ids, counts = np.unique(session[added], return_counts=True)
+    return out, SessionFigures(frozenset(session[follow & sessioned].tolist()),
+                               dict(zip(ids.tolist(), counts.tolist())))
 
 
 def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarray, changes: np.ndarray,
-            isr_moves: tuple, fetch: tuple, ctx: RoundContext) -> pa.Table:
+            isr_moves: tuple, fetch: tuple, entries: tuple, ctx: RoundContext) -> pa.Table:
     joined, shrunk = isr_moves
     own_leo, read_end, read, from_batch, fetched = fetch
     n = state.num_rows
@@ -337,6 +427,10 @@ def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarr
     leo_new = appends.leader_leo
     followers_settled = np.where(parts.exists, parts.in_isr & (parts.arrays["log_end_offset"] == leo_new[:, None]),
                                  True).all(axis=1)
+    width = parts.brokers.shape[1]
+    sessions_moved = np.zeros(n, dtype=bool)
+    for name in SESSION_ARRAYS:  # a leader's session cache entry is part of the replica's state
+        sessions_moved |= ((padded(state.column(name), width, 0, np.int64) != parts.arrays[name]) & parts.exists).any(axis=1)
     columns = {name: state.column(name) for name in ("topic", "partition", "bucket", "leader", "leader_epoch",
                                                       "leader_epoch_start_offset", "replicas", "min_isr",
                                                       "lag_time_max_ms")}
@@ -352,8 +446,11 @@ def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarr
         records_replicated=pa.array(np.where(fetched, read + from_batch, 0).sum(axis=1), type=pa.int64()),
         isr_shrinks=pa.array(shrunk.sum(axis=1), type=pa.int32()),
         isr_expands=pa.array(joined.sum(axis=1), type=pa.int32()),
+        fetch_request_partitions=pa.array(entries[0], type=pa.int32()),
+        fetch_response_partitions=pa.array(entries[1], type=pa.int32()),
         is_settled=pa.array(followers_settled & (hw == leo_new), type=pa.bool_()),
         is_changed=pa.array((leo_new > leader_leo_before) | listed.any(axis=1) | (changes > 0) | (per_partition > 0)
+                            | sessions_moved
                             | (hw != parts.high_watermark) | ~(followers_settled & (hw == leo_new)), type=pa.bool_()),
     )
     out = pa.table([columns[f.name] for f in CONTROL_OUTPUT_SCHEMA_ARROW], schema=CONTROL_OUTPUT_SCHEMA_ARROW)

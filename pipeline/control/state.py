@@ -12,7 +12,7 @@ import pyarrow as pa
 from pipeline.schemas import PARTITION_KEY, PARTITIONS_SCHEMA, RESULTS_SCHEMA
 from pyspark.sql.types import ArrayType, BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
-__all__ = ["PARTITION_STATE_SCHEMA", "REPLICA_ARRAYS", "REQUEST_SUMMARY_SCHEMA", "RESULT_TYPE", "FETCH_TYPE",
+__all__ = ["PARTITION_STATE_SCHEMA", "REPLICA_ARRAYS", "SESSION_ARRAYS", "REQUEST_SUMMARY_SCHEMA", "RESULT_TYPE", "FETCH_TYPE",
            "CONTROL_OUTPUT_SCHEMA", "padded", "as_lists"]
 
 
@@ -21,10 +21,14 @@ def _fields(*fields: tuple) -> list[StructField]:
 
 
 _LONGS = ArrayType(LongType(), False)
+# each follower's entry in its leader's fetch session cache (KIP-227; control/fetch_session.py's
+# CachedPartitions): the session (0: none), the max bytes asked, the HW and log start offset last sent
+SESSION_ARRAYS = ("session_id", "session_max_bytes", "session_high_watermark", "session_leader_log_start_offset")
 # each replica's state, in replica order (Kafka's ReplicaState as the leader sees its followers;
 # the leader's own column holds its log's offsets)
 REPLICA_ARRAYS = ("log_start_offset", "log_end_offset", "replica_high_watermark", "fetch_offset",
-                  "last_fetch_time_ms", "last_fetch_leader_leo", "last_caught_up_time_ms", "last_data_round")
+                  "last_fetch_time_ms", "last_fetch_leader_leo", "last_caught_up_time_ms", "last_data_round",
+                  *SESSION_ARRAYS)
 
 # the controller's metadata of the partition, as the partitions table holds it
 _METADATA = ("leader", "leader_epoch", "leader_epoch_start_offset", "partition_epoch", "replicas", "isr")
@@ -84,6 +88,10 @@ CONTROL_OUTPUT_SCHEMA = StructType([
         ("records_replicated", LongType(), False),
         ("isr_shrinks", IntegerType(), False),
         ("isr_expands", IntegerType(), False),
+        # the partition's entries in the round's fetch requests and responses (the first fetch's and
+        # the follow-up's; KIP-227: an incremental request or response leaves most out)
+        ("fetch_request_partitions", IntegerType(), False),
+        ("fetch_response_partitions", IntegerType(), False),
         ("is_settled", BooleanType(), False),  # every replica in the ISR at the leader's LEO, HW = LEO
         # the row must be persisted: records moved, the ISR or HW changed, not settled, or it has results
         ("is_changed", BooleanType(), False),
