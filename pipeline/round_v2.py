@@ -86,10 +86,11 @@ def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataF
     control, figures = run_control_job(state_df, summary, ctx)
     lap("control job")
     batches = [log_rows(inbox_df, control)] if figures["records_appended"] else []
-    if read is not None:  # what the job took of it (a follower whose fetch was refused took nothing)
+    if read is not None:  # what the responses took of it (a follower whose fetch was refused took nothing)
         taken = (control.select("topic", "partition", F.explode("fetches").alias("f")).filter(~F.col("f.from_batch"))
-                 .select("topic", "partition", F.col("f.broker").alias("broker")))
-        batches.append(read.join(taken, on=["topic", "partition", "broker"], how="left_semi"))
+                 .select("topic", "partition", F.col("f.broker").alias("broker"), F.col("f.to_offset").alias("_to")))
+        batches.append(read.join(taken, on=["topic", "partition", "broker"], how="inner")
+                       .filter(F.col("offset") < F.col("_to")).drop("_to"))
     if batches and figures["brokers"]:
         rows = reduce(DataFrame.unionByName, batches).localCheckpoint()  # pinned once, for every broker
         lap("number records")

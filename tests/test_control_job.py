@@ -100,8 +100,8 @@ def test_a_lagging_follower_reads_a_range_of_the_leaders_log_and_takes_the_batch
     # LEO before the round, this round's batch, as follower 1's; its follow-up fetch at 12 proves
     # it: back in the ISR, HW = LEO
     state = spark.createDataFrame([partition(leo=(10, 10, 6), isr=(0, 1))], PARTITION_STATE_SCHEMA)
-    read = spark.createDataFrame([("t", 0, offset, 2) for offset in range(6, 10)],
-                                 "topic string, partition int, offset long, broker int")
+    read = spark.createDataFrame([("t", 0, offset, None, b"v" * 9, 2) for offset in range(6, 10)],
+                                 "topic string, partition int, offset long, key binary, value binary, broker int")
     out, figures = run_control_job(with_reads(state, read), summarise_inbox(inbox(spark, [("r1", "t", 0, 1, 2)]), 1),
                                    RoundContext(round_id=7, now_ms=10, fetching_brokers=(0, 1, 2)))
     fetches = out.select(F.explode("fetches").alias("f")).select("f.*")

@@ -218,8 +218,10 @@ def test_the_follow_up_fetch_carries_what_the_first_response_had_no_room_for_and
     cluster.create_topic("t", partitions=4, replication_factor=2)
     first = rounds(cluster, clock, 2)[-1]  # sessions opened: the second round's fetches are incremental
     a, b = sorted(r["partition"] for r in cluster.describe("t").collect() if r["leader"] == 0)[:2]
-    request = cluster.produce("t", [{"value": f"{p}{i:09d}", "partition": p} for p in (a, b) for i in range(5)]
-                              + [{"value": f"{a}{i:09d}", "partition": a} for i in range(5, 7)], acks="all")
+    # a's records in two requests (two record batches: a response takes whole batches), b's in one
+    request = cluster.produce("t", [{"value": f"{p}{i:09d}", "partition": p} for p in (a, b) for i in range(5)],
+                              acks="all")
+    cluster.produce("t", [{"value": f"{a}{i:09d}", "partition": a} for i in range(5, 7)], acks="all")
     one = rounds(cluster, clock, 1)[0]
     # the fetch takes five of a's seven records (the response's limit); the follow-up fetch, at a's
     # new offset 5, moves a's HW to 5 and carries b's five records, ahead of a's last two (a
@@ -231,14 +233,16 @@ def test_the_follow_up_fetch_carries_what_the_first_response_had_no_room_for_and
     assert {r["partition"]: r["high_watermark"] for r in cluster.describe("t").collect() if r["partition"] in (a, b)} \
         == {a: 5, b: 0}
     assert cluster.read("t").filter(F.col("partition").isin(a, b)).count() == 5  # committed: a's first five
-    assert cluster.produce_results().filter(F.col("request_id") == request).first()["status"] == "pending"
+    statuses = {r["partition"]: r["status"] for r in cluster.produce_results().filter(F.col("request_id") == request)
+                .collect()}
+    assert statuses == {a: "acked", b: "pending"}  # b's records wait for its HW
     # the fetch's incremental request carries no partition (nothing changed on the follower) and
     # its response a (records); the follow-up's request a (its fetch offset moved), its response a
     # (the HW moved) and b (records)
     assert counts(first) == (0, 0) and counts(one) == (1, 3)
     two = rounds(cluster, clock, 1)[0]
     assert two.records_replicated == 2
-    assert cluster.produce_results().filter(F.col("request_id") == request).first()["status"] == "acked"
+    assert {r["status"] for r in cluster.produce_results().filter(F.col("request_id") == request).collect()} == {"acked"}
     assert {r["partition"]: r["high_watermark"] for r in cluster.describe("t").collect() if r["partition"] in (a, b)} \
         == {a: 7, b: 5}
     assert_replicated_once(cluster, "t", [f"{p}{i:09d}".encode() for p in (a, b) for i in range(5)]

@@ -108,26 +108,59 @@ def test_a_lagging_follower_whose_fetch_is_refused_with_a_session_error_writes_n
     assert {r["partition"]: r["log_end_offset"] for r in out.state.collect()} == {0: [1, 1, 0], 1: [1, 1, 1]}
 
 
-def test_a_lagging_follower_reads_within_the_partition_limit_at_least_one_record(spark, tmp_path):
+def test_a_lagging_followers_fetch_and_follow_up_each_take_the_partition_limit_at_least_one_record(spark, tmp_path):
     tables = RoundTables({b: str(tmp_path / f"log{b}") for b in range(3)}, str(tmp_path / "state"))
     state = spark.createDataFrame([empty_partition(0)], PARTITION_STATE_SCHEMA)
-    records = [(0, "v" * 40) for _ in range(5)]  # 61 bytes each with the record overhead
+    records = [(0, "v" * 40) for _ in range(7)]  # 61 bytes each with the record overhead
     out = run_active_round(state, produced(spark, [("a", 1, records)], 1), None, RoundContext(1, 100, (0, 1)), 1,
                            tables, appender(tables))
-    # broker 2 comes back 5 records behind; 130 bytes a partition let it read 2 records a round
+    # broker 2 comes back 7 records behind; 130 bytes a partition: its fetch takes 2 records, its
+    # follow-up 2 more
     ctx = dict(fetching_brokers=(0, 1, 2), partition_max_bytes=130)
     out = run_active_round(out.state, produced(spark, [], 2), None, RoundContext(2, 200, **ctx), 1, tables,
                            appender(tables))
-    assert [o for _, o, _, _ in log(spark, tables.logs[2])] == [0, 1]
+    assert [o for _, o, _, _ in log(spark, tables.logs[2])] == [0, 1, 2, 3]
+    # a limit below one record still moves one a response (KIP-74)
+    ctx = dict(fetching_brokers=(0, 1, 2), partition_max_bytes=10)
     out = run_active_round(out.state, produced(spark, [], 3), None, RoundContext(3, 300, **ctx), 1, tables,
                            appender(tables))
-    assert [o for _, o, _, _ in log(spark, tables.logs[2])] == [0, 1, 2, 3]
-    # a limit below one record still moves one
-    out = run_active_round(out.state, produced(spark, [], 4), None,
-                           RoundContext(4, 400, fetching_brokers=(0, 1, 2), partition_max_bytes=10), 1, tables,
+    assert [o for _, o, _, _ in log(spark, tables.logs[2])] == [0, 1, 2, 3, 4, 5]
+    out = run_active_round(out.state, produced(spark, [], 4), None, RoundContext(4, 400, **ctx), 1, tables,
                            appender(tables))
-    assert [o for _, o, _, _ in log(spark, tables.logs[2])] == [0, 1, 2, 3, 4]
-    assert out.state.first()["log_end_offset"] == [5, 5, 5]
+    assert [o for _, o, _, _ in log(spark, tables.logs[2])] == list(range(7))
+    assert out.state.first()["log_end_offset"] == [7, 7, 7]
+
+
+def test_a_lagging_followers_reads_share_the_response_limit_across_its_partitions(spark, tmp_path):
+    tables = RoundTables({b: str(tmp_path / f"log{b}") for b in range(3)}, str(tmp_path / "state"))
+    led_by_0 = [0, 3, 6, 9, 12]
+    state = spark.createDataFrame([empty_partition(p) for p in led_by_0], PARTITION_STATE_SCHEMA)
+    out = run_active_round(state, produced(spark, [("a", 1, [(p, "v" * 40) for p in led_by_0])], 1), None,
+                           RoundContext(1, 100, (0, 1)), 1, tables, appender(tables))
+    # broker 2 comes back a record behind on 5 partitions; a response holds 130 bytes (2 records):
+    # the fetch takes partitions 0 and 3, the follow-up 6 and 9 (0 and 3 returned data: at the
+    # back), the next round 12
+    ctx = dict(fetching_brokers=(0, 1, 2), response_max_bytes=130)
+    out = run_active_round(out.state, produced(spark, [], 2), None, RoundContext(2, 200, **ctx), 1, tables,
+                           appender(tables), lagging_leaders=out.figures["lagging_leaders"])
+    assert [p for p, _, _, _ in log(spark, tables.logs[2])] == [0, 3, 6, 9]
+    out = run_active_round(out.state, produced(spark, [], 3), None, RoundContext(3, 300, **ctx), 1, tables,
+                           appender(tables), lagging_leaders=out.figures["lagging_leaders"])
+    assert [p for p, _, _, _ in log(spark, tables.logs[2])] == led_by_0
+    assert (out.records_replicated, out.unsettled) == (1, 0)
+
+
+def test_what_the_responses_leave_of_a_lagging_followers_read_is_not_written(spark, tmp_path):
+    tables = RoundTables({b: str(tmp_path / f"log{b}") for b in range(3)}, str(tmp_path / "state"))
+    state = spark.createDataFrame([empty_partition(0)], PARTITION_STATE_SCHEMA)
+    out = run_active_round(state, produced(spark, [("a", 1, [(0, "v" * 40) for _ in range(7)])], 1), None,
+                           RoundContext(1, 100, (0, 1)), 1, tables, appender(tables))
+    # the partition limit (1 MB) lets broker 2 read all 7 records; the response limit (130 bytes)
+    # lets its fetch and follow-up take 2 each: 4 are written, and its LEO says so
+    out = run_active_round(out.state, produced(spark, [], 2), None,
+                           RoundContext(2, 200, (0, 1, 2), response_max_bytes=130), 1, tables, appender(tables))
+    assert [o for _, o, _, _ in log(spark, tables.logs[2])] == [0, 1, 2, 3]
+    assert out.state.first()["log_end_offset"] == [7, 7, 4]
 
 
 # -- the v2 round as the cluster's round (replication.round=v2) -----------------------------------

@@ -13,8 +13,9 @@ In order, per partition, as Kafka's leader and fetcher threads do it:
 4. ISR shrink, judged on each replica's state after the round's fetches, and the HW after it;
 5. acks against that HW.
 A follower behind the leader's LEO before the round (lagging) read a range of the leader's log
-before the job (data/catch_up.py): that is its first response, listed with `from_batch` false; its
-follow-up then proves what it wrote, and takes this round's batch if the read reached it."""
+before the job (data/catch_up.py): its responses take from it within their limits, as they take
+this round's batches (listed with `from_batch` false), and this round's batches after it once it
+reached the leader's LEO before the round."""
 
 from __future__ import annotations
 
@@ -163,16 +164,6 @@ class _Partitions:
                                           self.min_isr)
         return np.where(self.serving, moved, hw)  # only a leader moves its HW
 
-    def reads(self, state: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-        """What each lagging follower read of its leader's log before the control job (state columns
-        `read_to` and `read_records`, data/catch_up.with_reads; zeros without them)."""
-        if "read_to" not in state.column_names:
-            zero = np.zeros(self.brokers.shape, dtype=np.int64)
-            return zero, zero
-        width = self.brokers.shape[1]
-        return (padded(state.column("read_to"), width, 0, np.int64),
-                padded(state.column("read_records"), width, 0, np.int64))
-
     def quiescent_fetches(self, ctx: RoundContext) -> None:
         """replica.effective_fetch_state of every follower at its leader's LEO whose broker's last
         fetch is known: rounds that had nothing to do wrote no fetch state."""
@@ -257,31 +248,79 @@ class _Appends:
         self.first_batch = np.cumsum(self.batches_of) - self.batches_of
 
 
-def _respond(parts: _Partitions, appends: _Appends, fetched: np.ndarray, skip: np.ndarray,
-             ctx: RoundContext) -> tuple[np.ndarray, np.ndarray]:
+class _Reads:
+    """What each lagging follower read of its leader's log before the control job (state columns
+    `read_bytes` and `read_ends`, data/catch_up.with_reads): per replica its count and where its
+    records start in the flat `bytes` and `ends` (each record's size and offset + 1)."""
+
+    def __init__(self, state: pa.Table, shape: tuple[int, int]) -> None:
+        self.count = np.zeros(shape, dtype=np.int64)
+        self.start = np.zeros(shape, dtype=np.int64)
+        self.bytes = self.ends = np.zeros(0, dtype=np.int64)
+        if "read_bytes" not in state.column_names or not state.num_rows:
+            return
+        outer = state.column("read_bytes").combine_chunks()
+        inner = outer.flatten()
+        per_row = outer.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        rows = np.repeat(np.arange(len(per_row)), per_row)
+        cols = np.arange(len(inner)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+        lengths = inner.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        self.count[rows, cols] = lengths
+        self.start[rows, cols] = np.cumsum(lengths) - lengths
+        self.bytes = inner.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+        self.ends = state.column("read_ends").combine_chunks().flatten().flatten() \
+            .to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def end_after(self, taken: np.ndarray, otherwise: np.ndarray) -> np.ndarray:
+        """The offset after each replica's `taken` first records read (`otherwise` where none)."""
+        return _take(self.ends, self.start + taken - 1, taken > 0, otherwise)
+
+
+def _take(values: np.ndarray, at: np.ndarray, where: np.ndarray, otherwise: np.ndarray | int) -> np.ndarray:
+    """values[at] where `where`, else `otherwise` (`at` need not be valid elsewhere)."""
+    out = np.array(np.broadcast_to(otherwise, at.shape), dtype=np.int64)
+    out[where] = values[at[where]]
+    return out
+
+
+def _respond(parts: _Partitions, appends: _Appends, fetched: np.ndarray, reads: _Reads, readable: np.ndarray,
+             skip: tuple[np.ndarray, np.ndarray], reach: np.ndarray, ctx: RoundContext
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One fetch's responses to the `fetched` followers (each pair of follower and leader one
-    request), of this round's batches after the `skip` first of each partition. Returns the records
-    and batches each (partition, follower) received."""
+    request), within the fetch limits: each partition's log from the follower's fetch offset, which
+    is the `readable` records it read of the leader's log before the job after the first `skip[0]`,
+    then, where those `reach` the leader's LEO before the round, this round's batches after the
+    first `skip[1]`. Returns the records read, the batches and the records of batches each
+    (partition, follower) received."""
+    shape = fetched.shape
+    read_taken, batches, records = (np.zeros(shape, dtype=np.int64) for _ in range(3))
     rows, cols = np.nonzero(fetched)
-    received = np.zeros(fetched.shape, dtype=np.int64)
-    taken_batches = np.zeros(fetched.shape, dtype=np.int64)
     if len(rows) == 0:
-        return received, taken_batches
+        return read_taken, batches, records
     pair = parts.brokers[rows, cols].astype(np.int64) * 2**32 + parts.leader[rows].astype(np.int64)
     # Kafka's fetcher moves partitions that returned data to the back: the request's order is the
     # last round each partition returned data, then the partition (rows are sorted by it)
     order = np.lexsort((rows, parts.arrays["last_data_round"][rows, cols], pair))
     rows, cols, pair = rows[order], cols[order], pair[order]
     request = np.unique(pair, return_inverse=True)[1]
-    available = np.maximum(appends.batches_of[rows] - skip[rows, cols], 0)
-    fetch_of_batch = np.repeat(np.arange(len(rows)), available)
-    within = np.arange(len(fetch_of_batch)) - np.repeat(np.cumsum(available) - available, available)
-    batch = appends.first_batch[rows][fetch_of_batch] + skip[rows, cols][fetch_of_batch] + within
-    taken = batches_taken(request, np.full(len(rows), ctx.partition_max_bytes), fetch_of_batch,
-                          appends.batch_bytes[batch], ctx.response_max_bytes)
-    np.add.at(received, (rows[fetch_of_batch[taken]], cols[fetch_of_batch[taken]]), appends.batch_count[batch[taken]])
-    np.add.at(taken_batches, (rows[fetch_of_batch[taken]], cols[fetch_of_batch[taken]]), 1)
-    return received, taken_batches
+    read_skip, batch_skip = skip[0][rows, cols], skip[1][rows, cols]
+    n_read = np.maximum(readable[rows, cols] - read_skip, 0)
+    n_batch = np.where(reach[rows, cols], np.maximum(appends.batches_of[rows] - batch_skip, 0), 0)
+    total = n_read + n_batch
+    unit_fetch = np.repeat(np.arange(len(rows)), total)  # each unit (a record read, a batch) in offset order
+    within = np.arange(len(unit_fetch)) - np.repeat(np.cumsum(total) - total, total)
+    is_read = within < n_read[unit_fetch]
+    read_at = reads.start[rows, cols][unit_fetch] + read_skip[unit_fetch] + within
+    batch_at = appends.first_batch[rows][unit_fetch] + batch_skip[unit_fetch] + within - n_read[unit_fetch]
+    unit_bytes = np.where(is_read, _take(reads.bytes, read_at, is_read, 0),
+                          _take(appends.batch_bytes, batch_at, ~is_read, 0))
+    taken = batches_taken(request, np.full(len(rows), ctx.partition_max_bytes), unit_fetch, unit_bytes,
+                          ctx.response_max_bytes)
+    at = (rows[unit_fetch[taken]], cols[unit_fetch[taken]])
+    np.add.at(read_taken, at, is_read[taken])
+    np.add.at(batches, at, ~is_read[taken])
+    np.add.at(records, at, _take(appends.batch_count, batch_at, ~is_read, 0)[taken])
+    return read_taken, batches, records
 
 
 def fetch_round(state: pa.Table, requests: pa.Table, ctx: RoundContext) -> pa.Table:
@@ -325,14 +364,16 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
     joined_first = parts.fetch(fetched, own_leo, leo_new, hw, ctx)                      # 2. fetch
     hw = parts.high_watermark_after(hw, leo_new, ctx)
     zero = np.zeros(fetched.shape, dtype=np.int64)
-    # a lagging follower's first response is what it read of the leader's log before the job, and
-    # this round's batches too when that reached the leader's LEO before the round
-    read_to, read_records = parts.reads(state)
-    read = np.where(lagging, read_records, 0)
-    base = np.where(lagging, np.maximum(own_leo, read_to), own_leo)
-    first, first_batches = _respond(parts, appends, fetched & (base >= parts.leader_leo[:, None]), zero, ctx)
-    leo_after = base + first
-    first = first + read
+    # a lagging follower's log to fetch is what it read of the leader's log before the job, and this
+    # round's batches after it when that reached the leader's LEO before the round
+    reads = _Reads(state, fetched.shape)
+    readable = np.where(lagging, reads.count, 0)
+    reach = ~lagging | (reads.end_after(readable, zero) >= parts.leader_leo[:, None])
+    read_first, batches_first, batch_records = _respond(parts, appends, fetched, reads, readable, (zero, zero),
+                                                        reach, ctx)
+    first = read_first + batch_records
+    leo_after = np.where(batch_records > 0, parts.leader_leo[:, None] + batch_records,
+                         reads.end_after(read_first, own_leo))
     got = first > 0
     responded = fetched & np.where(incremental, must_respond(
         first, hw[:, None], np.where(cached, cache.high_watermark, UNKNOWN), leader_lso,
@@ -351,10 +392,12 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
                                                                    max_bytes, cache.max_bytes), True)
     joined_again = parts.fetch(follow, leo_after, leo_new, hw, ctx)
     hw = parts.high_watermark_after(hw, leo_new, ctx)
-    # (its response takes this round's batches for a follower at the leader's LEO before the round:
-    # one that lagged and read up to it takes them from the first)
-    more, _ = _respond(parts, appends, follow & (leo_after >= parts.leader_leo[:, None]), first_batches, ctx)
-    leo_after = leo_after + more
+    # (its response goes on where the first stopped: in what the follower read, or in the batches)
+    read_more, _, batch_more = _respond(parts, appends, follow, reads, readable, (read_first, batches_first), reach,
+                                        ctx)
+    more = read_more + batch_more
+    read, from_batch = read_first + read_more, batch_records + batch_more
+    leo_after = np.where(from_batch > 0, parts.leader_leo[:, None] + from_batch, reads.end_after(read, own_leo))
     responded_again = follow & np.where(sessioned, must_respond(more, hw[:, None], cache.high_watermark, leader_lso,
                                                                 cache.leader_log_start_offset), True)
     cache = cache_after_response(cache, follow, np.where(sessioned, session, NO_SESSION), max_bytes,
@@ -374,8 +417,7 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
     entries = ((requested.sum(axis=1) + requested_again.sum(axis=1)),
                (responded.sum(axis=1) + responded_again.sum(axis=1)))
     out = _output(state, parts, appends, hw, changes, (joined_first | joined_again, shrunk),
-                  (own_leo, np.where(read > 0, np.maximum(own_leo, read_to), own_leo), read, first + more - read,
-                   fetched), entries, ctx)
+                  (own_leo, reads.end_after(read, own_leo), read, from_batch, fetched), entries, ctx)
     ids, counts = np.unique(session[added], return_counts=True)
     return out, SessionFigures(frozenset(session[follow & sessioned].tolist()),
                                dict(zip(ids.tolist(), counts.tolist())))
