@@ -125,7 +125,7 @@ def pending_requests(results_df: DataFrame, fetchers: int) -> DataFrame:
 _COUNTS = ("records_appended", "records_replicated", "results", "requests_acked", "requests_failed",
            "pending_requests", "changed", "unsettled", "isr_shrinks", "isr_expands", "isr_changes",
            "under_replicated_partitions", "under_min_isr_partitions", "at_min_isr_partitions", "offline_partitions",
-           "fetch_request_partitions", "fetch_response_partitions")
+           "fetch_request_partitions", "fetch_response_partitions", "replicas", "changed_replicas")
 
 
 class _Figures(AccumulatorParam):
@@ -156,6 +156,7 @@ def _bucket_figures(out: pa.Table, ctx: RoundContext) -> dict:
     leaders = pc.filter(out.column("leader"), appended).to_pylist()
     fetches = pc.list_flatten(out.column("fetches"))
     takers = pc.struct_field(fetches, "broker").to_pylist() if len(fetches) else []
+    rf = pc.list_value_length(out.column("replicas"))
     results = pc.list_flatten(out.column("results"))
     status = pc.struct_field(results, "status") if len(results) else pa.array([], pa.string())
     return {"records_appended": pc.sum(out.column("records_appended")).as_py() or 0,
@@ -165,6 +166,9 @@ def _bucket_figures(out: pa.Table, ctx: RoundContext) -> dict:
             "requests_failed": pc.sum(pc.equal(status, STATUS_ERROR)).as_py() or 0,
             "pending_requests": pc.sum(pc.equal(status, STATUS_PENDING)).as_py() or 0,
             "changed": pc.sum(out.column("is_changed")).as_py() or 0,
+            "replicas": pc.sum(pc.if_else(out.column("is_known"), rf, 0)).as_py() or 0,
+            "changed_replicas": pc.sum(pc.if_else(pc.and_(out.column("is_known"), out.column("is_changed")), rf, 0))
+            .as_py() or 0,
             "unsettled": pc.sum(pc.invert(out.column("is_settled"))).as_py() or 0,
             "isr_shrinks": pc.sum(out.column("isr_shrinks")).as_py() or 0,
             "isr_expands": pc.sum(out.column("isr_expands")).as_py() or 0,
@@ -211,7 +215,8 @@ def run_control_job(state_df: DataFrame, summary_df: DataFrame, ctx: RoundContex
     job whose tasks are buckets, and pinned: every output of the round is read from it. With the
     round's figures, which its tasks send back with their results (an accumulator: no job of
     their own): records_appended, records_replicated, results, the brokers whose logs take rows,
-    the rows that changed (`is_changed`), the partitions not settled (`unsettled`), the leaders
+    the rows that changed (`is_changed`) and their replicas (`changed_replicas`), the replicas of
+    the partitions it was given (`replicas`), the partitions not settled (`unsettled`), the leaders
     with a follower behind their LEO after the round (`lagging_leaders`: the logs the next round's
     lagging followers read), the rounds row's counts and gauges, the fetch sessions whose fetcher
     sent a follow-up (`followed_up_sessions`) and the partitions each incremental request added to

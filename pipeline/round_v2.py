@@ -18,6 +18,7 @@ from pipeline.control.fetch_round import RoundContext
 from pipeline.control.fetch_session import NO_SESSION, UNKNOWN
 from pipeline.control.state import PARTITION_STATE_SCHEMA, SESSION_ARRAYS
 from pipeline import fetch_session as sessions
+from pipeline import round as round_v1
 from pipeline.acks import STATUS_PENDING
 from pipeline.control_job import (partition_state_from_tables, pending_requests, produce_results, run_control_job,
                                   summarise_inbox)
@@ -27,7 +28,7 @@ from pipeline.round import (CARRIED_TABLES, REQUEST_KEY, RoundInputs, RoundRepor
                             _session_figures, table_versions, with_input_versions)
 from pipeline.schemas import (LOG_SCHEMA, PARTITION_KEY, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA,
                               ROUNDS_SCHEMA)
-from pipeline.storage import Storage
+from pipeline.storage import Storage, is_concurrent_conflict
 
 __all__ = ["RoundTables", "ActiveRound", "run_active_round", "CarryV2", "v1_reasons", "run_round_v2"]
 
@@ -151,6 +152,7 @@ class CarryV2:
     state: DataFrame
     pending: DataFrame  # results rows still pending (without round_id)
     lagging_leaders: set[int]  # leaders with a follower behind their LEO after the round
+    state_table_rows: int  # rows in the replica_state table (the superseded ones too)
 
 
 def v1_reasons(storage: Storage, inputs: RoundInputs, carry: CarryV2 | None) -> list[str]:
@@ -242,8 +244,9 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
     fetchers = int(config["num.replica.fetchers"])
     topics = _topic_config(storage, config)
     if carry is not None:
-        state, pending = carry.state, carry.pending
+        state, pending, state_table_rows = carry.state, carry.pending, carry.state_table_rows
     else:
+        state_table_rows = storage.read("replica_state").count()  # (before this round appends to it)
         state = partition_state_from_tables(topics, storage.replica_state(), fetchers)
         pending = _pending_results(storage, inputs.last_pending_requests).localCheckpoint()
     inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
@@ -304,5 +307,28 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
         **_session_figures(inputs, after, handles))
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds",
                          inputs.round_id)
+    table_rows = state_table_rows + figures["changed_replicas"]
+    at = seen[CARRIED_TABLES.index("replica_state")] + wrote.get("replica_state", 0)
+    if _compact_state(storage, active.state, figures["replicas"], table_rows, inputs.round_id, at):
+        table_rows = figures["replicas"]
+        wrote["replica_state"] = wrote.get("replica_state", 0) + 1
     versions = tuple(v + wrote.get(table, 0) for table, v in zip(CARRIED_TABLES, seen))
-    return report, CarryV2(versions, active.state, active.pending, set(figures["lagging_leaders"]))
+    return report, CarryV2(versions, active.state, active.pending, set(figures["lagging_leaders"]), table_rows)
+
+
+def _compact_state(storage: Storage, state: DataFrame, current_rows: int, table_rows: int, round_id: int,
+                   version: int) -> bool:
+    """replica_state compacted to its current rows when the rows superseded since its last
+    compaction are at least as many as the current ones and at least STATE_COMPACTION_MIN_ROWS (as
+    today's round does it): the rows of the partition state after the round, written instead of
+    read again while the table is at `version` (this round's commits on the version it read);
+    whether a compaction was committed."""
+    if table_rows - current_rows < max(current_rows, round_v1.STATE_COMPACTION_MIN_ROWS):
+        return False
+    rows = _replica_state_rows(state.withColumn("round_id", F.lit(round_id).cast("long")))
+    try:
+        return storage.compact_replica_state(round_id, rows, version)
+    except Exception as e:  # another writer appended meanwhile: a later round compacts
+        if not is_concurrent_conflict(e):
+            raise
+        return False

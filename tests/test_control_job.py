@@ -24,7 +24,7 @@ NOTHING = {"records_appended": 0, "records_replicated": 0, "results": 0, "reques
            "isr_changes": 0, "lagging_leaders": set(), "under_replicated_partitions": 0,
            "under_min_isr_partitions": 0, "at_min_isr_partitions": 0, "offline_partitions": 0, "max_lag": 0,
            "fetch_request_partitions": 0, "fetch_response_partitions": 0, "followed_up_sessions": set(),
-           "session_partitions_added": {}}
+           "session_partitions_added": {}, "replicas": 0, "changed_replicas": 0}
 
 
 def partition(topic="t", p=0, leader=0, isr=(0, 1, 2), hw=10, leo=(10, 10, 10), caught_up_ms=0, min_isr=2,
@@ -140,12 +140,13 @@ def test_the_partition_state_of_todays_tables_gathers_each_replicas_row_in_repli
                      for c in cluster.fetch_requests())
     ctx = RoundContext(round_id=9, now_ms=1000, fetching_brokers=(0, 1, 2), fetch_contexts=contexts)
     out, figures = run_control_job(state, summarise_inbox(inbox(spark, []), 1), ctx)
-    assert figures == NOTHING
+    assert figures == {**NOTHING, "replicas": 3}
     out = out.first()
     assert out["high_watermark"] == 2 and out["is_settled"] and out["isr"] == replicas
     # without a session every follower fetches in full: each partition in each request and response
     _, figures = run_control_job(state, summarise_inbox(inbox(spark, []), 1), replace(ctx, fetch_contexts=()))
-    assert figures == {**NOTHING, "fetch_request_partitions": 2, "fetch_response_partitions": 2, "changed": 1}
+    assert figures == {**NOTHING, "fetch_request_partitions": 2, "fetch_response_partitions": 2, "changed": 1,
+                       "replicas": 3, "changed_replicas": 3}
 
 
 def test_the_rounds_figures_come_back_with_the_control_jobs_tasks(spark):
@@ -164,4 +165,5 @@ def test_the_rounds_figures_come_back_with_the_control_jobs_tasks(spark):
     assert figures == {**NOTHING, "records_appended": 5, "records_replicated": 8, "results": 2, "requests_acked": 2,
                        "brokers": {0, 1, 2}, "changed": 2, "unsettled": 1, "lagging_leaders": {0},
                        "under_replicated_partitions": 1, "at_min_isr_partitions": 1, "max_lag": 6,
-                       "fetch_request_partitions": 7, "fetch_response_partitions": 7}
+                       "fetch_request_partitions": 7, "fetch_response_partitions": 7, "replicas": 6,
+                       "changed_replicas": 6}

@@ -7,6 +7,7 @@ from pyspark.sql import functions as F
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control.state import PARTITION_STATE_SCHEMA
 from pipeline.control_job import produce_results
+from pipeline import round as round_module
 from pipeline.round_v2 import CarryV2, RoundTables, run_active_round
 from pipeline.schemas import INBOX_SCHEMA
 
@@ -240,3 +241,27 @@ def test_a_v2_cluster_hands_a_round_that_needs_what_v2_does_not_carry_to_todays_
     clock.advance(100)
     cluster.run_round()
     assert cluster.v1_reasons == ["client quotas"]
+
+
+def test_a_v2_round_compacts_replica_state_to_its_current_rows_and_keeps_its_carry(spark, new_cluster, clock,
+                                                                                  monkeypatch):
+    monkeypatch.setattr(round_module, "STATE_COMPACTION_MIN_ROWS", 0)
+    cluster = v2_cluster(new_cluster, clock)
+    storage = cluster.storage
+    assert storage.read("replica_state").count() == 6  # (today's round compacted it too)
+    # each round moves partition 0's replicas: their 3 rows are appended, until the superseded rows
+    # are as many as the current ones (6) and the round compacts the table to those
+    sizes = []
+    for i in range(3):
+        cluster.produce("orders", [{"value": f"v{i}", "partition": 0}], acks="all")
+        clock.advance(100)
+        cluster.run_round()
+        assert ran_v2(cluster)
+        sizes.append(storage.read("replica_state").count())
+    assert sizes == [9, 6, 9]
+    # the carry went on: the table's versions are the ones the carry holds, and the rows are right
+    assert cluster._carry.versions == round_module.table_versions(storage)
+    assert sorted((r["partition"], r["broker"], r["log_end_offset"], r["high_watermark"])
+                  for r in cluster.replicas("orders").collect()) == \
+        [(p, b, 3 - 3 * p, 3 - 3 * p) for p in range(2) for b in range(3)]
+    assert storage.replica_state().select("topic", "partition", "broker").distinct().count() == 6
