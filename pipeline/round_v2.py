@@ -162,8 +162,9 @@ def v1_reasons(storage: Storage, inputs: RoundInputs, carry: CarryV2 | None) -> 
     down and not yet fenced, a reassignment, admin requests, replication throttles, client quotas,
     the retention check, idempotent producers among the new inbox rows, and a follower that has
     not validated its leader's epoch since an election (it checks it, and truncates, at its next
-    fetch). The last two are probes (a Spark job each, stopping at the first row): the inbox's
-    when it has new rows, the replicas' when there is no v2 carry (a v2 round elects no leader)."""
+    fetch). The last two are probes: the new inbox rows' from the statistics of their Delta
+    commits (Storage.null_in_commits; a Spark job stopping at the first row only where those are
+    missing), the replicas' a Spark job when there is no v2 carry (a v2 round elects no leader)."""
     decisions = inputs.controller or {}
     reasons = [what for what, needed in (
         ("fencing or unfencing a broker (elections)", decisions.get("fence") or decisions.get("unfence")),
@@ -176,8 +177,11 @@ def v1_reasons(storage: Storage, inputs: RoundInputs, carry: CarryV2 | None) -> 
     if reasons:
         return reasons
     if inputs.inbox_to_version > inputs.last_inbox_version:
-        inbox = storage.read_changes("inbox", inputs.last_inbox_version, inputs.inbox_to_version)
-        if inbox.filter(F.col("producer_id").isNotNull()).limit(1).count():
+        plain = storage.null_in_commits("inbox", inputs.last_inbox_version, inputs.inbox_to_version, "producer_id")
+        if plain is None:  # (no statistics: the rows tell)
+            inbox = storage.read_changes("inbox", inputs.last_inbox_version, inputs.inbox_to_version)
+            plain = not inbox.filter(F.col("producer_id").isNotNull()).limit(1).count()
+        if not plain:
             reasons.append("idempotent producers")
     if carry is None:
         partitions = storage.read("partitions").select(*PARTITION_KEY, "leader_epoch")

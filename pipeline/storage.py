@@ -535,9 +535,9 @@ class Storage:
         """The newest version of the table at `path` (see `version`), -1 when there is none."""
         return self._newest_version(path) if self._is_table(path) else -1
 
-    def commit_info(self, path: str, version: int) -> dict | None:
-        """The commitInfo action of one commit of the table at `path`, read from its Delta log file
-        on the driver (no Spark job); None when that file is gone (cleaned up after a checkpoint)."""
+    def _commit_actions(self, path: str, version: int) -> list[dict] | None:
+        """The actions of one commit of the table at `path`, read from its Delta log file on the
+        driver (no Spark job); None when that file is gone (cleaned up after a checkpoint)."""
         jvm = self.spark._jvm
         file = jvm.org.apache.hadoop.fs.Path(f"{path}/_delta_log/{version:020d}.json")
         fs = file.getFileSystem(self.spark._jsc.hadoopConfiguration())
@@ -548,10 +548,33 @@ class Storage:
             text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
         finally:
             stream.close()
-        for line in text.splitlines():
-            if line.startswith('{"commitInfo"'):
-                return json.loads(line)["commitInfo"]
-        return {}
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def commit_info(self, path: str, version: int) -> dict | None:
+        """The commitInfo action of one commit of the table at `path` (see _commit_actions)."""
+        actions = self._commit_actions(path, version)
+        if actions is None:
+            return None
+        return next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+
+    def null_in_commits(self, table: str, after_version: int, to_version: int, column: str) -> bool | None:
+        """Whether every row the commits after `after_version` up to `to_version` added has
+        `column` null, from the statistics of the files they added (Delta's numRecords and
+        nullCount, on the driver: no Spark job). None when a commit's log file or a file's
+        statistics are missing: only reading the rows can tell then."""
+        path = self.path(table)
+        for version in range(after_version + 1, to_version + 1):
+            actions = self._commit_actions(path, version)
+            if actions is None:
+                return None
+            for add in (a["add"] for a in actions if "add" in a and a["add"].get("dataChange", True)):
+                stats = json.loads(add.get("stats") or "{}")
+                nulls = stats.get("nullCount", {}).get(column)
+                if nulls is None or "numRecords" not in stats:
+                    return None
+                if nulls < stats["numRecords"]:
+                    return False
+        return True
 
     def restore(self, path: str, version: int, user_metadata: str) -> None:
         """Delta RESTORE of the table at `path` to `version`, in one commit tagged `user_metadata`."""

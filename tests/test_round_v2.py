@@ -2,6 +2,8 @@
 records numbered from each request's base offset and written once per broker, followers taking
 their slice of the same batch; every replica holds the same records at the same offsets."""
 
+from pathlib import Path
+
 from pyspark.sql import functions as F
 
 from pipeline.control.fetch_round import RoundContext
@@ -265,3 +267,19 @@ def test_a_v2_round_compacts_replica_state_to_its_current_rows_and_keeps_its_car
                   for r in cluster.replicas("orders").collect()) == \
         [(p, b, 3 - 3 * p, 3 - 3 * p) for p in range(2) for b in range(3)]
     assert storage.replica_state().select("topic", "partition", "broker").distinct().count() == 6
+
+
+def test_the_idempotence_probe_reads_the_inbox_commits_statistics(spark, new_cluster, clock):
+    cluster = v2_cluster(new_cluster, clock)
+    storage = cluster.storage
+    start = storage.version("inbox")
+    cluster.produce("orders", [{"value": "a", "partition": 0}, {"value": "b", "partition": 1}], acks=1)
+    plain = storage.version("inbox")
+    cluster.produce("orders", [{"value": "c", "partition": 0, "producer_id": 7, "producer_epoch": 0, "sequence": 0}],
+                    acks=1)
+    assert storage.null_in_commits("inbox", start, plain, "producer_id") is True
+    assert storage.null_in_commits("inbox", start, storage.version("inbox"), "producer_id") is False
+    assert storage.null_in_commits("inbox", plain, storage.version("inbox"), "producer_id") is False
+    # a commit whose log file is gone (cleaned up after a checkpoint) tells nothing
+    (Path(storage.path("inbox")) / "_delta_log" / f"{plain:020d}.json").unlink()
+    assert storage.null_in_commits("inbox", start, plain, "producer_id") is None
