@@ -153,13 +153,15 @@ class CarryV2:
     pending: DataFrame  # results rows still pending (without round_id)
     lagging_leaders: set[int]  # leaders with a follower behind their LEO after the round
     state_table_rows: int  # rows in the replica_state table (the superseded ones too)
+    topic_checks: DataFrame  # each topic's message.max.bytes and compaction (pinned)
 
 
 def v1_reasons(storage: Storage, inputs: RoundInputs, carry: CarryV2 | None) -> list[str]:
     """What this round needs that the v2 round does not carry yet (docs/design.md, "Not yet in
     v2"); empty: v2 runs it, else today's round does (both keep the same tables). `inputs` with its
     versions fixed (round.with_input_versions). The controller's fencing and elections, a broker
-    down and not yet fenced, a reassignment, admin requests, replication throttles, client quotas,
+    down and not yet fenced, a reassignment, admin requests (commits to the admin table that changed
+    rows: a maintenance pass's change none), replication throttles, client quotas,
     the retention check, idempotent producers among the new inbox rows, and a follower that has
     not validated its leader's epoch since an election (it checks it, and truncates, at its next
     fetch). The last two are probes: the new inbox rows' from the statistics of their Delta
@@ -170,7 +172,8 @@ def v1_reasons(storage: Storage, inputs: RoundInputs, carry: CarryV2 | None) -> 
         ("fencing or unfencing a broker (elections)", decisions.get("fence") or decisions.get("unfence")),
         ("a broker down and not yet fenced", decisions.get("down")),
         ("a partition reassignment", inputs.reassigning),
-        ("admin requests", inputs.admin_to_version > inputs.last_admin_version),
+        ("admin requests", inputs.admin_to_version > inputs.last_admin_version
+         and storage.rows_changed("admin", inputs.last_admin_version, inputs.admin_to_version)),
         ("replication throttles", any(inputs.throttles.values()) or inputs.throttle_budgets),
         ("client quotas", inputs.quota_sensors is not None or inputs.last_throttled_requests),
         ("the retention check", inputs.retention_due)) if needed]
@@ -243,16 +246,19 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
     inputs = with_input_versions(storage, inputs)
     config = inputs.cluster_config
     seen = table_versions(storage)
-    if carry is not None and carry.versions != seen:
+    # (commits that changed no row, a maintenance pass's, keep the carry: round._rows_changed)
+    if carry is not None and round_v1._rows_changed(storage, carry.versions, seen):
         carry = None
     fetchers = int(config["num.replica.fetchers"])
-    topics = _topic_config(storage, config)
     if carry is not None:
         state, pending, state_table_rows = carry.state, carry.pending, carry.state_table_rows
+        topic_checks = carry.topic_checks
     else:
         state_table_rows = storage.read("replica_state").count()  # (before this round appends to it)
+        topics = _topic_config(storage, config)
         state = partition_state_from_tables(topics, storage.replica_state(), fetchers)
         pending = _pending_results(storage, inputs.last_pending_requests).localCheckpoint()
+        topic_checks = topics.select("topic", "message_max_bytes", "compact").distinct().localCheckpoint()
     inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
     down = set((inputs.controller or {}).get("down") or [])
     ctx = RoundContext(round_id=inputs.round_id, now_ms=inputs.now_ms,
@@ -287,10 +293,9 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
         wrote.update(partitions=int(bool(figures["isr_changes"])), replica_state=int(bool(figures["changed"])),
                      results=int(bool(figures["results"])))
 
-    summary_checks = topics.select("topic", "message_max_bytes", "compact").distinct()
     active = run_active_round(state, inbox, pending, ctx, fetchers, tables,
                               lambda appends: storage.append_all(appends, inputs.round_id),
-                              commit_outputs=commit_outputs, topic_checks=summary_checks,
+                              commit_outputs=commit_outputs, topic_checks=topic_checks,
                               lagging_leaders=carry.lagging_leaders if carry is not None else None)
     figures = active.figures
     added = figures["session_partitions_added"]
@@ -298,7 +303,7 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
     after, handles = sessions.follow_up(after, inputs.handles_after, figures["followed_up_sessions"])
     report = RoundReport(
         round_id=inputs.round_id, now_ms=inputs.now_ms, inbox_version=inbox_version,
-        admin_version=inputs.last_admin_version,
+        admin_version=inputs.admin_to_version,  # (v1_reasons: no admin rows since the last round's)
         retention_checked_ms=inputs.now_ms if inputs.retention_due else inputs.last_retention_check_ms,
         fetch_request_partitions=figures["fetch_request_partitions"],
         fetch_response_partitions=figures["fetch_response_partitions"],
@@ -317,7 +322,8 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
         table_rows = figures["replicas"]
         wrote["replica_state"] = wrote.get("replica_state", 0) + 1
     versions = tuple(v + wrote.get(table, 0) for table, v in zip(CARRIED_TABLES, seen))
-    return report, CarryV2(versions, active.state, active.pending, set(figures["lagging_leaders"]), table_rows)
+    return report, CarryV2(versions, active.state, active.pending, set(figures["lagging_leaders"]), table_rows,
+                           topic_checks)
 
 
 def _compact_state(storage: Storage, state: DataFrame, current_rows: int, table_rows: int, round_id: int,

@@ -147,9 +147,6 @@ def is_concurrent_conflict(error: BaseException) -> bool:
     return type(error).__name__ in _CONFLICTS or any(f"io.delta.exceptions.{n}" in text for n in _CONFLICTS)
 
 
-# the parts of a Delta commit's actions that say whether it changed rows (Storage.rows_changed)
-_COMMIT_ACTIONS = "add STRUCT<dataChange: BOOLEAN>, remove STRUCT<dataChange: BOOLEAN>, cdc STRUCT<path: STRING>"
-
 
 def is_uri(root: str) -> bool:
     """s3a://..., abfss://..., gs://..., file:///... (or file:/...): a root Hadoop's FileSystem resolves."""
@@ -306,11 +303,12 @@ class Storage:
         (Delta's log retention) counts as a change, as does a version that went back."""
         if upto <= after:
             return upto != after
-        paths = [f"{self.path(table)}/_delta_log/{v:020d}.json" for v in range(after + 1, upto + 1)]
-        if not all(self.path_exists(p) for p in paths):
-            return True
-        actions = self.spark.read.schema(_COMMIT_ACTIONS).json(paths)
-        return actions.filter("add.dataChange OR remove.dataChange OR cdc IS NOT NULL").limit(1).count() > 0
+        for version in range(after + 1, upto + 1):  # (read on the driver: no Spark job)
+            actions = self._commit_actions(self.path(table), version)
+            if actions is None or any("cdc" in a or a.get(kind, {}).get("dataChange", kind in a)
+                                      for a in actions for kind in ("add", "remove")):
+                return True
+        return False
 
     def replica_state(self) -> DataFrame:
         """Every replica's current row. replica_state only grows: a round appends the rows it

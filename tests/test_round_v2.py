@@ -9,7 +9,9 @@ from pyspark.sql import functions as F
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control.state import PARTITION_STATE_SCHEMA
 from pipeline.control_job import produce_results
+from pipeline import Cluster
 from pipeline import round as round_module
+from pipeline import round_v2
 from pipeline.round_v2 import CarryV2, RoundTables, run_active_round
 from pipeline.schemas import INBOX_SCHEMA
 
@@ -283,3 +285,31 @@ def test_the_idempotence_probe_reads_the_inbox_commits_statistics(spark, new_clu
     # a commit whose log file is gone (cleaned up after a checkpoint) tells nothing
     (Path(storage.path("inbox")) / "_delta_log" / f"{plain:020d}.json").unlink()
     assert storage.null_in_commits("inbox", start, plain, "producer_id") is None
+
+
+def test_a_maintenance_pass_keeps_the_v2_carry_and_another_writers_topic_drops_it(spark, new_cluster, clock,
+                                                                                  monkeypatch):
+    cluster = v2_cluster(new_cluster, clock, **{"log.maintenance.min.files": 2})
+    for i in range(3):
+        cluster.produce("orders", [{"value": f"v{i}", "partition": 0}], acks="all")
+        clock.advance(100)
+        cluster.run_round()
+    storage, before = cluster.storage, round_module.table_versions(cluster.storage)
+    report = cluster.maintain()  # compacts files and sets properties: no row changes
+    assert {"replica_state", "partitions"} <= set(report.compacted)
+    assert round_module.table_versions(storage) != before
+    reads = []
+    read_meta = round_v2._partition_meta
+    monkeypatch.setattr(round_v2, "_partition_meta", lambda *a: reads.append(1) or read_meta(*a))
+    cluster.produce("orders", [{"value": "after", "partition": 1}], acks="all")
+    clock.advance(100)
+    cluster.run_round()
+    # the round went on from its carry: it read neither the partitions nor the topics
+    assert ran_v2(cluster) and reads == [] and cluster._carry.versions == round_module.table_versions(storage)
+    assert {r["partition"]: r["high_watermark"] for r in cluster.describe("orders").collect()} == {0: 3, 1: 1}
+    Cluster.open(spark, storage.root, clock=clock).create_topic("other", partitions=1, replication_factor=3)
+    clock.advance(100)
+    cluster.produce("other", [{"value": "x", "partition": 0}], acks="all")
+    cluster.run_round()
+    assert ran_v2(cluster) and reads == [1]
+    assert {r["partition"]: r["high_watermark"] for r in cluster.describe("other").collect()} == {0: 1}
