@@ -23,12 +23,13 @@ from pipeline.control.fetch_round import RoundContext, fetch_round_and_sessions
 from pipeline.acks import STATUS_ACKED, STATUS_ERROR, STATUS_PENDING
 from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REQUEST_SUMMARY_SCHEMA, SESSION_ARRAYS, padded
 from pipeline.errors import ErrorCode
-from pipeline.replication import producer_fields_agree, record_size
+from pipeline.producer_state import check_producer_sequences, producer_batches, retained_batches
+from pipeline.replication import producer_fields_agree, record_size, validate_produce_requests
 from pipeline.schemas import NO_LEADER, REPLICA_KEY
 from pipeline.storage import current_rows
 
-__all__ = ["fetcher_bucket", "partition_state_from_tables", "summarise_inbox", "pending_requests", "run_control_job",
-           "produce_results"]
+__all__ = ["fetcher_bucket", "partition_state_from_tables", "summarise_inbox", "pending_requests", "producer_checks",
+           "with_producer_checks", "run_control_job", "produce_results"]
 
 
 def fetcher_bucket(topic: Column, partition: Column, fetchers: int) -> Column:
@@ -107,7 +108,8 @@ def summarise_inbox(inbox_df: DataFrame, fetchers: int, topic_checks: DataFrame 
                 F.when(F.col("_too_large"), F.lit(ErrorCode.MESSAGE_TOO_LARGE))
                 .when(F.col("_keyless") | F.col("_bad_fields"), F.lit(ErrorCode.INVALID_RECORD)).alias("record_error"),
                 F.lit(False).alias("is_pending"), F.lit(None).cast("long").alias("base_offset"),
-                F.lit(None).cast("long").alias("last_offset"))
+                F.lit(None).cast("long").alias("last_offset"), F.lit(False).alias("is_duplicate"),
+                F.lit(None).cast("string").alias("duplicate_of"))
     )
 
 
@@ -118,7 +120,46 @@ def pending_requests(results_df: DataFrame, fetchers: int) -> DataFrame:
         "request_id", "topic", "partition", fetcher_bucket(F.col("topic"), F.col("partition"), fetchers).alias("bucket"),
         F.lit(0).cast("long").alias("append_order"), F.lit(0).cast("long").alias("batch"), "record_count",
         F.lit(0).cast("long").alias("bytes"), "acks",
-        F.lit(None).cast("string").alias("record_error"), F.lit(True).alias("is_pending"), "base_offset", "last_offset")
+        F.lit(None).cast("string").alias("record_error"), F.lit(True).alias("is_pending"), "base_offset", "last_offset",
+        F.lit(False).alias("is_duplicate"), F.lit(None).cast("string").alias("duplicate_of"))
+
+
+_PART = ["request_id", "topic", "partition"]
+
+
+def producer_checks(inbox_df: DataFrame, state_df: DataFrame, topic_checks: DataFrame, stored_df: DataFrame
+                    ) -> DataFrame:
+    """The sequence checks of the round's idempotent batches (producer_state.check_producer_sequences:
+    outcome append, duplicate or error, per (request, partition)) against the producers' retained
+    batches `stored_df` (in the leader's log: producer_state.batches_in_leader_log). As Kafka's
+    leader, only of the batches it does not refuse before it looks at the producer state
+    (ReplicaManager and LogValidator first: replication.validate_produce_requests), so a refused
+    batch neither continues a sequence nor breaks it. `state_df`: the partition state before the
+    round; `topic_checks`: topic, message_max_bytes, compact."""
+    idempotent = inbox_df.filter(F.col("producer_id").isNotNull()).select(*_PART).distinct()
+    rows = inbox_df.join(idempotent, on=_PART, how="left_semi")
+    meta = state_df.select("topic", "partition", "leader", "leader_epoch", "isr", "min_isr").join(
+        topic_checks.select("topic", "message_max_bytes", "compact"), on="topic")
+    checked = validate_produce_requests(rows, meta).filter(F.col("error_code").isNull()
+                                                           & F.col("producer_id").isNotNull())
+    return check_producer_sequences(producer_batches(checked), retained_batches(stored_df))
+
+
+def with_producer_checks(summary_df: DataFrame, checks_df: DataFrame) -> DataFrame:
+    """The inbox summary with the producers' sequence checks (`producer_checks`): a batch out of
+    sequence or of a fenced producer epoch refused with its error, a retried one a duplicate with
+    the offsets it repeats (REQUEST_SUMMARY_SCHEMA)."""
+    checks = checks_df.select(*_PART, F.col("outcome").alias("_outcome"), F.col("error_code").alias("_sequence_error"),
+                              F.col("original_base_offset").alias("_base"), F.col("original_last_offset").alias("_last"),
+                              F.col("duplicate_of").alias("_of"))
+    duplicate = F.coalesce(F.col("_outcome") == "duplicate", F.lit(False))
+    return (summary_df.drop("is_duplicate", "duplicate_of").join(checks, on=_PART, how="left")
+            .withColumns({"record_error": F.coalesce(F.col("record_error"), F.col("_sequence_error")),
+                          "is_duplicate": duplicate,
+                          "base_offset": F.when(duplicate, F.col("_base")).otherwise(F.col("base_offset")),
+                          "last_offset": F.when(duplicate, F.col("_last")).otherwise(F.col("last_offset")),
+                          "duplicate_of": F.when(duplicate, F.col("_of"))})
+            .select(*REQUEST_SUMMARY_SCHEMA.fieldNames()))
 
 
 # the control job's figures that are counts (summed over its tasks)
@@ -206,7 +247,7 @@ def partition_gauges(out: pa.Table, ctx: RoundContext) -> dict:
 def _bucket_rules(ctx: RoundContext, figures: Accumulator, state: pa.Table, requests: pa.Table) -> pa.Table:
     out, sessions = fetch_round_and_sessions(state, requests, ctx)
     figures.add({**_bucket_figures(out, ctx), "followed_up_sessions": set(sessions.followed_up),
-                 "session_partitions_added": sessions.added})
+                 "session_partitions_added": sessions.added, "log_start_brokers": set(sessions.log_start_brokers)})
     return out
 
 
@@ -219,8 +260,9 @@ def run_control_job(state_df: DataFrame, summary_df: DataFrame, ctx: RoundContex
     the partitions it was given (`replicas`), the partitions not settled (`unsettled`), the leaders
     with a follower behind their LEO after the round (`lagging_leaders`: the logs the next round's
     lagging followers read), the rounds row's counts and gauges, the fetch sessions whose fetcher
-    sent a follow-up (`followed_up_sessions`) and the partitions each incremental request added to
-    its session (`session_partitions_added`: session id -> partitions)."""
+    sent a follow-up (`followed_up_sessions`), the partitions each incremental request added to
+    its session (`session_partitions_added`: session id -> partitions), and the brokers whose
+    replicas' log start offsets moved (`log_start_brokers`)."""
     figures = state_df.sparkSession.sparkContext.accumulator({}, _Figures())
     requests = summary_df.select(*REQUEST_SUMMARY_SCHEMA.fieldNames())
     control = (state_df.groupBy("bucket").cogroup(requests.groupBy("bucket"))
@@ -228,7 +270,7 @@ def run_control_job(state_df: DataFrame, summary_df: DataFrame, ctx: RoundContex
                .localCheckpoint())
     totals = {name: 0 for name in _COUNTS}
     totals.update(max_lag=0, brokers=set(), lagging_leaders=set(), followed_up_sessions=set(),
-                  session_partitions_added={})
+                  session_partitions_added={}, log_start_brokers=set())
     totals.update(figures.value)
     return control, totals
 

@@ -626,18 +626,28 @@ def _log_start_requests(spark: SparkSession, storage: Storage, inputs: RoundInpu
     """Per partition, the log start offset asked for by new delete_records requests and, when the
     retention check is due, by retention.ms / retention.bytes where it moves the leader's log start
     (every partition's leader is checked then): (topic, partition, requested_lso)."""
-    version = inputs.admin_to_version
-    asks = []
-    if version > inputs.last_admin_version:
-        asks.append(storage.read_changes("admin", inputs.last_admin_version, version)
-                    .filter(F.col("kind") == "delete_records")
-                    .select(*PARTITION_KEY, F.col("offset").alias("requested_lso")))
+    leaders = None
     if inputs.retention_due:
         leaders = (state.join(serving.filter((F.col("retention_ms") >= 0) | (F.col("retention_bytes") >= 0))
                               .select(*PARTITION_KEY, F.col("leader").alias("broker"), "retention_ms", "retention_bytes"),
                               on=["broker", *PARTITION_KEY], how="inner")
                    .select("broker", *PARTITION_KEY, "log_start_offset", "log_end_offset", "retention_ms",
                            "retention_bytes"))
+    return log_start_requests(storage, inputs, leaders)
+
+
+def log_start_requests(storage: Storage, inputs: RoundInputs, leaders: DataFrame | None
+                       ) -> tuple[DataFrame | None, int]:
+    """`_log_start_requests` given the leaders to check for retention (None: the check is not
+    due): broker, topic, partition, log_start_offset, log_end_offset, retention_ms,
+    retention_bytes of each serving leader under a retention limit. Also the admin version read."""
+    version = inputs.admin_to_version
+    asks = []
+    if version > inputs.last_admin_version:
+        asks.append(storage.read_changes("admin", inputs.last_admin_version, version)
+                    .filter(F.col("kind") == "delete_records")
+                    .select(*PARTITION_KEY, F.col("offset").alias("requested_lso")))
+    if leaders is not None:
         logs = [storage.read_log(b).withColumn("broker", F.lit(b)) for b in _serving_brokers(inputs)]
         leader_logs = (reduce(DataFrame.unionByName, logs).join(leaders, on=["broker", *PARTITION_KEY])
                        .filter((F.col("offset") >= F.col("log_start_offset")) & (F.col("offset") < F.col("log_end_offset"))))

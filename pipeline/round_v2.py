@@ -20,14 +20,15 @@ from pipeline.control.state import PARTITION_STATE_SCHEMA, SESSION_ARRAYS
 from pipeline import fetch_session as sessions
 from pipeline import round as round_v1
 from pipeline.acks import STATUS_PENDING
-from pipeline.control_job import (partition_state_from_tables, pending_requests, produce_results, run_control_job,
-                                  summarise_inbox)
+from pipeline.producer_state import batches_in_leader_log
+from pipeline.control_job import (partition_state_from_tables, pending_requests, produce_results, producer_checks,
+                                  run_control_job, summarise_inbox, with_producer_checks)
 from pipeline.data.append import log_rows
 from pipeline.data.catch_up import lagging_ranges, read_lagging_ranges, with_reads
 from pipeline.round import (CARRIED_TABLES, REQUEST_KEY, RoundInputs, RoundReport, _partition_meta, _pending_results, _read_inbox,
                             _session_figures, table_versions, with_input_versions)
-from pipeline.schemas import (LOG_SCHEMA, PARTITION_KEY, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA,
-                              ROUNDS_SCHEMA)
+from pipeline.schemas import (LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PARTITIONS_SCHEMA, PRODUCERS_SCHEMA, REPLICA_STATE_SCHEMA,
+                              RESULTS_SCHEMA, ROUNDS_SCHEMA)
 from pipeline.storage import Storage, is_concurrent_conflict
 
 __all__ = ["RoundTables", "ActiveRound", "run_active_round", "CarryV2", "v1_reasons", "run_round_v2"]
@@ -43,6 +44,7 @@ class RoundTables:
 
     logs: dict[int, str]
     partition_state: str | None = None
+    producers: str | None = None  # the idempotent producers' appended batches (with the logs)
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,8 @@ OutputsWriter = Callable[[DataFrame, dict], None]
 def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataFrame | None, ctx: RoundContext,
                      fetchers: int, tables: RoundTables, append_all: Appender,
                      commit_outputs: OutputsWriter | None = None, topic_checks: DataFrame | None = None,
-                     lagging_leaders: set[int] | None = None) -> ActiveRound:
+                     lagging_leaders: set[int] | None = None, sequences: DataFrame | None = None,
+                     log_starts: DataFrame | None = None) -> ActiveRound:
     """One round over `state_df` (the working set's partition state), the round's new inbox rows
     (with `_commit_version`) and the requests the last round left pending (None: none). The second
     commit wave writes the partition rows the round changed, with their results, to
@@ -75,13 +78,26 @@ def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataF
 
     `lagging_leaders`: the leaders whose followers may be behind their LEO (the last round's
     figure of that name; None: unknown, found with a job): their lagging followers read a range of
-    their logs before the control job, which takes it as their first response."""
+    their logs before the control job, which takes it as their first response.
+
+    `sequences`: the idempotent producers' checks of the round's batches (pinned;
+    control_job.producer_checks), None when it has none: a retried batch is answered with the
+    offsets it repeats and not written again, and the batches appended go to `tables.producers`
+    with the logs. `log_starts`: the log start offsets asked of the leaders (topic, partition,
+    requested_lso: delete_records and retention; round.log_start_requests), None: none."""
     lap = _Laps()
     read = _lagging_reads(state_df, ctx, tables, lagging_leaders)
     if read is not None:
         state_df = with_reads(state_df, read)
         lap("read lagging ranges")
+    if log_starts is not None:
+        state_df = state_df.join(F.broadcast(log_starts.withColumnRenamed("requested_lso", "requested_log_start_offset")),
+                                 on=PARTITION_KEY, how="left")
     summary = summarise_inbox(inbox_df, fetchers, topic_checks)
+    if sequences is not None:
+        summary = with_producer_checks(summary, sequences)
+        inbox_df = inbox_df.join(sequences.filter(F.col("outcome") == "duplicate").select(*REQUEST_KEY),
+                                 on=REQUEST_KEY, how="left_anti")
     if pending_df is not None:
         summary = summary.unionByName(pending_requests(pending_df, fetchers))
     control, figures = run_control_job(state_df, summary, ctx)
@@ -95,8 +111,11 @@ def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataF
     if batches and figures["brokers"]:
         rows = reduce(DataFrame.unionByName, batches).localCheckpoint()  # pinned once, for every broker
         lap("number records")
-        append_all([(rows.filter(F.col("broker") == broker).select(*LOG_SCHEMA.fieldNames()), tables.logs[broker])
-                    for broker in sorted(figures["brokers"])])
+        appends = [(rows.filter(F.col("broker") == broker).select(*LOG_SCHEMA.fieldNames()), tables.logs[broker])
+                   for broker in sorted(figures["brokers"])]
+        if sequences is not None and figures["records_appended"]:
+            appends.append((_producer_rows(control, sequences, ctx.round_id), tables.producers))
+        append_all(appends)
         lap("commit logs")
     state = control.filter(F.col("is_known")).select(*PARTITION_STATE_SCHEMA.fieldNames())
     rows = control.withColumn("round_id", F.lit(ctx.round_id).cast("long"))
@@ -110,6 +129,15 @@ def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataF
     pending = produce_results(rows).filter(F.col("status") == STATUS_PENDING).drop("round_id")
     return ActiveRound(state, pending, figures["records_appended"], figures["records_replicated"],
                        figures["results"], figures["unsettled"], lap.phases, figures)
+
+
+def _producer_rows(control: DataFrame, sequences: DataFrame, round_id: int) -> DataFrame:
+    """The producers table's rows of the idempotent batches the round appended (their offsets from
+    the control job's results)."""
+    appended = (produce_results(control.withColumn("round_id", F.lit(round_id).cast("long")))
+                .filter(F.col("base_offset").isNotNull()).select(*REQUEST_KEY, "base_offset", "last_offset", "round_id"))
+    return (appended.join(sequences.filter(F.col("outcome") == "append"), on=REQUEST_KEY, how="inner")
+            .select(*PRODUCERS_SCHEMA.fieldNames()))
 
 
 def _lagging_reads(state_df: DataFrame, ctx: RoundContext, tables: RoundTables,
@@ -160,32 +188,24 @@ def v1_reasons(storage: Storage, inputs: RoundInputs, carry: CarryV2 | None) -> 
     """What this round needs that the v2 round does not carry yet (docs/design.md, "Not yet in
     v2"); empty: v2 runs it, else today's round does (both keep the same tables). `inputs` with its
     versions fixed (round.with_input_versions). The controller's fencing and elections, a broker
-    down and not yet fenced, a reassignment, admin requests (commits to the admin table that changed
-    rows: a maintenance pass's change none), replication throttles, client quotas,
-    the retention check, idempotent producers among the new inbox rows, and a follower that has
-    not validated its leader's epoch since an election (it checks it, and truncates, at its next
-    fetch). The last two are probes: the new inbox rows' from the statistics of their Delta
-    commits (Storage.null_in_commits; a Spark job stopping at the first row only where those are
-    missing), the replicas' a Spark job when there is no v2 carry (a v2 round elects no leader)."""
+    down and not yet fenced, a reassignment, admin requests other than delete_records (read only
+    when commits to the admin table changed rows: a maintenance pass's change none), replication
+    throttles, client quotas, and a follower that has not validated its leader's epoch since an
+    election (it checks it, and truncates, at its next fetch): a probe, a Spark job when there is
+    no v2 carry (a v2 round elects no leader)."""
     decisions = inputs.controller or {}
     reasons = [what for what, needed in (
         ("fencing or unfencing a broker (elections)", decisions.get("fence") or decisions.get("unfence")),
         ("a broker down and not yet fenced", decisions.get("down")),
         ("a partition reassignment", inputs.reassigning),
         ("admin requests", inputs.admin_to_version > inputs.last_admin_version
-         and storage.rows_changed("admin", inputs.last_admin_version, inputs.admin_to_version)),
+         and storage.rows_changed("admin", inputs.last_admin_version, inputs.admin_to_version)
+         and storage.read_changes("admin", inputs.last_admin_version, inputs.admin_to_version)
+         .filter(F.col("kind") != "delete_records").limit(1).count()),
         ("replication throttles", any(inputs.throttles.values()) or inputs.throttle_budgets),
-        ("client quotas", inputs.quota_sensors is not None or inputs.last_throttled_requests),
-        ("the retention check", inputs.retention_due)) if needed]
+        ("client quotas", inputs.quota_sensors is not None or inputs.last_throttled_requests)) if needed]
     if reasons:
         return reasons
-    if inputs.inbox_to_version > inputs.last_inbox_version:
-        plain = storage.null_in_commits("inbox", inputs.last_inbox_version, inputs.inbox_to_version, "producer_id")
-        if plain is None:  # (no statistics: the rows tell)
-            inbox = storage.read_changes("inbox", inputs.last_inbox_version, inputs.inbox_to_version)
-            plain = not inbox.filter(F.col("producer_id").isNotNull()).limit(1).count()
-        if not plain:
-            reasons.append("idempotent producers")
     if carry is None:
         partitions = storage.read("partitions").select(*PARTITION_KEY, "leader_epoch")
         unvalidated = storage.replica_state().join(partitions, on=PARTITION_KEY).filter(
@@ -195,11 +215,47 @@ def v1_reasons(storage: Storage, inputs: RoundInputs, carry: CarryV2 | None) -> 
     return reasons
 
 
+def _has_idempotent_rows(storage: Storage, inputs: RoundInputs) -> bool:
+    """Whether the round's new inbox rows hold an idempotent producer's: from the statistics of
+    their Delta commits (Storage.null_in_commits), else a Spark job stopping at the first row."""
+    if inputs.inbox_to_version <= inputs.last_inbox_version:
+        return False
+    plain = storage.null_in_commits("inbox", inputs.last_inbox_version, inputs.inbox_to_version, "producer_id")
+    if plain is None:  # (no statistics: the rows tell)
+        inbox = storage.read_changes("inbox", inputs.last_inbox_version, inputs.inbox_to_version)
+        plain = not inbox.filter(F.col("producer_id").isNotNull()).limit(1).count()
+    return not plain
+
+
+def _sequences(storage: Storage, inbox: DataFrame, state: DataFrame, topic_checks: DataFrame) -> DataFrame:
+    """The sequence checks of the round's idempotent batches (control_job.producer_checks), pinned,
+    against the batches the producers table holds that are still in their leader's log."""
+    stored = batches_in_leader_log(storage.read("producers"),
+                                   storage.read("elections").select(*PARTITION_KEY, "round_id", "start_offset"))
+    return producer_checks(inbox, state, topic_checks, stored.drop("round_id")).localCheckpoint()
+
+
+# what a round checks per topic (its effective config): records, and retention when it is due
+_TOPIC_CHECKS = ("topic", "message_max_bytes", "compact", "retention_ms", "retention_bytes")
+
+
+def _retention_leaders(state: DataFrame, topic_checks: DataFrame, down: set[int]) -> DataFrame:
+    """The serving leaders of partitions under a retention limit, with their log's offsets
+    (round.log_start_requests's `leaders`)."""
+    limited = topic_checks.filter((F.col("retention_ms") >= 0) | (F.col("retention_bytes") >= 0))
+    at = F.array_position(F.col("replicas"), F.col("leader")).cast("int")
+    return (state.filter((F.col("leader") != NO_LEADER) & ~F.col("leader").isin(*sorted(down)))
+            .join(F.broadcast(limited.select("topic", "retention_ms", "retention_bytes")), on="topic")
+            .select(F.col("leader").alias("broker"), *PARTITION_KEY,
+                    F.element_at("log_start_offset", at).alias("log_start_offset"),
+                    F.element_at("log_end_offset", at).alias("log_end_offset"), "retention_ms", "retention_bytes"))
+
+
 def _topic_config(storage: Storage, config: dict) -> DataFrame:
-    """Each partition with its topic's effective min ISR, lag, message.max.bytes and compaction."""
-    return _partition_meta(storage, config).select("topic", "partition", "leader", "leader_epoch",
-                                                     "leader_epoch_start_offset", "partition_epoch", "replicas", "isr",
-                                                     "min_isr", "lag_time_max_ms", "message_max_bytes", "compact")
+    """Each partition with its topic's effective min ISR, lag and checks (_TOPIC_CHECKS)."""
+    return _partition_meta(storage, config).select(*PARTITION_KEY, "leader", "leader_epoch", "leader_epoch_start_offset",
+                                                   "partition_epoch", "replicas", "isr", "min_isr", "lag_time_max_ms",
+                                                   *_TOPIC_CHECKS[1:])
 
 
 def _replica_state_rows(rows: DataFrame) -> DataFrame:
@@ -220,6 +276,15 @@ def _replica_state_rows(rows: DataFrame) -> DataFrame:
            for name, none in zip(SESSION_ARRAYS, (NO_SESSION, 0, UNKNOWN, UNKNOWN))},  # (a leader is in no session)
         "validated_leader_epoch": F.col("leader_epoch"), "round_id": F.col("round_id")}
     return exploded.select(*[columns[f.name].cast(f.dataType).alias(f.name) for f in REPLICA_STATE_SCHEMA.fields])
+
+
+def _log_starts_of(rows: DataFrame, broker: int) -> DataFrame:
+    """topic, partition, log_start_offset of `broker`'s replicas in the partition rows the round
+    changed (a replica whose log start did not move drops nothing)."""
+    replica = F.array_position(F.col("replicas"), F.lit(broker)).cast("int")
+    return (rows.filter(F.col("is_changed") & F.col("is_known") & F.array_contains("replicas", broker))
+            .select(*PARTITION_KEY, F.element_at("log_start_offset", replica).alias("log_start_offset"))
+            .filter(F.col("log_start_offset") > 0))
 
 
 def _partition_rows(rows: DataFrame) -> DataFrame:
@@ -258,7 +323,7 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
         topics = _topic_config(storage, config)
         state = partition_state_from_tables(topics, storage.replica_state(), fetchers)
         pending = _pending_results(storage, inputs.last_pending_requests).localCheckpoint()
-        topic_checks = topics.select("topic", "message_max_bytes", "compact").distinct().localCheckpoint()
+        topic_checks = topics.select(*_TOPIC_CHECKS).distinct().localCheckpoint()
     inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
     down = set((inputs.controller or {}).get("down") or [])
     ctx = RoundContext(round_id=inputs.round_id, now_ms=inputs.now_ms,
@@ -270,7 +335,10 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
                        broker_last_fetch_ms=_last_fetches(inputs),
                        fetch_contexts=tuple((int(c.fetcher[len(sessions.REPLICA_FETCHER_PREFIX):]), c.leader, c.kind,
                                              c.session_id) for c in inputs.contexts))
-    tables = RoundTables(logs={b: storage.log_path(b) for b in inputs.brokers})
+    sequences = _sequences(storage, inbox, state, topic_checks) if _has_idempotent_rows(storage, inputs) else None
+    log_starts, admin_version = round_v1.log_start_requests(
+        storage, inputs, _retention_leaders(state, topic_checks, down) if inputs.retention_due else None)
+    tables = RoundTables(logs={b: storage.log_path(b) for b in inputs.brokers}, producers=storage.path("producers"))
     wrote = {}
 
     def commit_outputs(rows: DataFrame, figures: dict) -> None:
@@ -290,20 +358,23 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
             answers.append((written.withColumn("throttle_time_ms", F.lit(0).cast("long"))
                             .select(*RESULTS_SCHEMA.fieldNames()), storage.path("results")))
         storage.append_all(answers, round_id)
+        for broker in sorted(figures["log_start_brokers"]):  # (after the logs and the HW: today's order)
+            storage.delete_log_prefixes(broker, _log_starts_of(rows, broker), round_id)
         wrote.update(partitions=int(bool(figures["isr_changes"])), replica_state=int(bool(figures["changed"])),
                      results=int(bool(figures["results"])))
 
     active = run_active_round(state, inbox, pending, ctx, fetchers, tables,
                               lambda appends: storage.append_all(appends, inputs.round_id),
                               commit_outputs=commit_outputs, topic_checks=topic_checks,
-                              lagging_leaders=carry.lagging_leaders if carry is not None else None)
+                              lagging_leaders=carry.lagging_leaders if carry is not None else None,
+                              sequences=sequences, log_starts=log_starts)
     figures = active.figures
     added = figures["session_partitions_added"]
     after = [replace(s, size=s.size + added.get(s.session_id, 0)) for s in inputs.sessions_after]
     after, handles = sessions.follow_up(after, inputs.handles_after, figures["followed_up_sessions"])
     report = RoundReport(
         round_id=inputs.round_id, now_ms=inputs.now_ms, inbox_version=inbox_version,
-        admin_version=inputs.admin_to_version,  # (v1_reasons: no admin rows since the last round's)
+        admin_version=admin_version,  # (v1_reasons: no admin rows but delete_records since the last round's)
         retention_checked_ms=inputs.now_ms if inputs.retention_due else inputs.last_retention_check_ms,
         fetch_request_partitions=figures["fetch_request_partitions"],
         fetch_response_partitions=figures["fetch_response_partitions"],

@@ -9,7 +9,8 @@ from pyspark.sql import functions as F
 
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control.state import PARTITION_STATE_SCHEMA
-from pipeline.control_job import partition_state_from_tables, produce_results, run_control_job, summarise_inbox
+from pipeline.control_job import (partition_state_from_tables, produce_results, producer_checks, run_control_job,
+                                  summarise_inbox, with_producer_checks)
 from pipeline.data.catch_up import with_reads
 from pipeline.schemas import INBOX_SCHEMA
 
@@ -24,7 +25,7 @@ NOTHING = {"records_appended": 0, "records_replicated": 0, "results": 0, "reques
            "isr_changes": 0, "lagging_leaders": set(), "under_replicated_partitions": 0,
            "under_min_isr_partitions": 0, "at_min_isr_partitions": 0, "offline_partitions": 0, "max_lag": 0,
            "fetch_request_partitions": 0, "fetch_response_partitions": 0, "followed_up_sessions": set(),
-           "session_partitions_added": {}, "replicas": 0, "changed_replicas": 0}
+           "session_partitions_added": {}, "replicas": 0, "changed_replicas": 0, "log_start_brokers": set()}
 
 
 def partition(topic="t", p=0, leader=0, isr=(0, 1, 2), hw=10, leo=(10, 10, 10), caught_up_ms=0, min_isr=2,
@@ -92,6 +93,37 @@ def test_refused_requests_write_nothing_and_name_kafkas_error(spark):
         ignore_nullable=True, ignore_row_order=True)
     appended = out.filter("partition = 1").select("records_appended", "log_end_offset").first()
     assert appended["records_appended"] == 3 and appended["log_end_offset"][0] == 13
+
+
+def test_a_batch_the_leader_refuses_before_its_sequence_is_no_part_of_the_producers_sequence(spark):
+    # partition 1 is under min ISR: "all" (acks=all, sequences 0-1) is refused NOT_ENOUGH_REPLICAS
+    # before the producer state is looked at, so "one" (acks=1, the same sequences) is a new batch,
+    # not a retry of it; "two" continues it; "old" retries the stored batch 0-1 of producer 8
+    data = [(request, i, "t", 1, None, b"v", acks, 0, pid, 0, first + i, None, None)
+            for request, acks, pid, first, n in (("all", -1, 7, 0, 2), ("one", 1, 7, 0, 2), ("two", 1, 7, 2, 1),
+                                                 ("old", 1, 8, 0, 2))
+            for i in range(n)]
+    rows = spark.createDataFrame(data, INBOX_SCHEMA).withColumn(
+        "_commit_version", F.lit(1).cast("long"))
+    state = spark.createDataFrame([partition(p=1, isr=[0], leo=(10, 5, 5))], PARTITION_STATE_SCHEMA)
+    topics = spark.createDataFrame([("t", 1_000_000, False)], "topic string, message_max_bytes long, compact boolean")
+    stored = spark.createDataFrame([("t", 1, 8, 0, 0, 1, 3, 4)], "topic string, partition int, producer_id long, "
+                                   "producer_epoch int, base_sequence int, last_sequence int, base_offset long, "
+                                   "last_offset long")
+    checks = producer_checks(rows, state, topics, stored)
+    assert_df_equality(checks.select("request_id", "outcome", "error_code", "original_base_offset", "duplicate_of"),
+                       spark.createDataFrame([("one", "append", None, None, None), ("two", "append", None, None, None),
+                                              ("old", "duplicate", None, 3, None)],
+                                             "request_id string, outcome string, error_code string, "
+                                             "original_base_offset long, duplicate_of string"),
+                       ignore_nullable=True, ignore_row_order=True)
+    out, figures = run_control_job(state, with_producer_checks(summarise_inbox(rows, 1), checks),
+                                   RoundContext(round_id=7, now_ms=10, fetching_brokers=(0,)))
+    assert_df_equality(produce_results(out.withColumn("round_id", F.lit(7))), spark.createDataFrame([
+        ("all", "t", 1, None, None, 2, -1, "error", "NOT_ENOUGH_REPLICAS", 7),
+        ("one", "t", 1, 10, 11, 2, 1, "acked", None, 7), ("two", "t", 1, 12, 12, 1, 1, "acked", None, 7),
+        ("old", "t", 1, 3, 4, 2, 1, "acked", None, 7)], RESULTS), ignore_nullable=True, ignore_row_order=True)
+    assert figures["records_appended"] == 3
 
 
 def test_a_lagging_follower_reads_a_range_of_the_leaders_log_and_takes_the_batch_after_it(spark):

@@ -10,6 +10,7 @@ from pipeline.control.fetch_response import batches_taken
 from pipeline.control.fetch_session import (NO_SESSION, UNKNOWN, CachedPartitions, cache_after_response,
                                             must_respond, request_carries)
 from pipeline.control.leader_append import assign_base_offsets, produce_error
+from pipeline.control.log_start import follower_log_start_offset, maybe_increment_log_start_offset
 from pipeline.control.partition import maybe_expand_isr, maybe_increment_leader_hw, out_of_sync_replicas
 from pipeline.control.replica import FetchState, is_caught_up, update_fetch_state
 
@@ -183,3 +184,11 @@ def test_the_cache_keeps_what_it_sent_and_a_request_without_a_session_leaves_non
     assert after.max_bytes.tolist() == [100, 200, 200, 0]
     assert after.high_watermark.tolist() == [3, 4, 3, UNKNOWN]
     assert after.leader_log_start_offset.tolist() == [0, 1, 0, UNKNOWN]
+
+
+def test_the_log_start_offset_moves_forward_only_and_never_past_the_hw():
+    # asked 5 (moves), 20 above the HW 12 (to the HW), 2 below the current 4 (stays), none (stays)
+    current, hw = np.array([0, 0, 4, 4]), np.array([12, 12, 12, 12])
+    assert maybe_increment_log_start_offset(current, hw, np.array([5, 20, 2, -1])).tolist() == [5, 12, 4, 4]
+    # a follower takes its leader's from the response, never moving back
+    assert follower_log_start_offset(np.array([0, 7]), np.array([5, 5])).tolist() == [5, 7]

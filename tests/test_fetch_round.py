@@ -32,7 +32,7 @@ def request(request_id, p, count, size, acks=1, order=1, batch=0):
     return dict(request_id=request_id, topic="t", partition=p, bucket=0, append_order=order, batch=batch,
                 record_count=count,
                 bytes=count * size, acks=acks, record_error=None, is_pending=False, base_offset=None,
-                last_offset=None)
+                last_offset=None, is_duplicate=False, duplicate_of=None)
 
 
 def run(partitions, requests, now=100, **limits):
@@ -179,3 +179,18 @@ def test_a_full_fetch_without_room_in_the_cache_leaves_the_session_and_a_new_one
     assert (out["session_id"], out["session_high_watermark"], out["session_max_bytes"]) == \
         ([0, 0, 33], [-1, -1, 10], [0, 0, 1_048_576])
     assert (out["fetch_request_partitions"], out["fetch_response_partitions"], out["is_changed"]) == (2, 2, True)
+
+
+def test_retried_batches_are_answered_with_the_offsets_they_repeat_and_not_appended():
+    # "a" appends 2 records at the LEO 10; "a-again" repeats it in the same round (acks=all: the
+    # round's HW passes it); "old" repeats a batch appended before at 3-4
+    again = dict(request("a-again", 0, 2, 50, acks=-1, order=2), is_duplicate=True, duplicate_of="a")
+    old = dict(request("old", 0, 2, 50, order=3), is_duplicate=True, base_offset=3, last_offset=4)
+    out = run([partition(0)], [request("a", 0, 2, 50), again, old])[("t", 0)]
+    assert (out["records_appended"], out["log_end_offset"], out["high_watermark"]) == (2, [12, 12, 12], 12)
+    assert {r["request_id"]: (r["base_offset"], r["last_offset"], r["record_count"], r["status"])
+            for r in out["results"]} == {"a": (10, 11, 2, "acked"), "a-again": (10, 11, 2, "acked"),
+                                         "old": (3, 4, 2, "acked")}
+    # a retry the leader refuses (no leader) has no offsets
+    refused = run([partition(0, leader=-1)], [old])[("t", 0)]["results"]
+    assert [(r["base_offset"], r["error_code"]) for r in refused] == [(None, "NOT_LEADER_OR_FOLLOWER")]

@@ -176,7 +176,6 @@ def v2_cluster(new_cluster, clock, topic_config=None, **config):
     cluster.create_topic("orders", partitions=2, replication_factor=3,
                          config={"min.insync.replicas": 2, **(topic_config or {})})
     cluster.run_round()
-    assert cluster.v1_reasons == ["the retention check"]
     clock.advance(100)
     return cluster
 
@@ -222,29 +221,87 @@ def test_a_v2_round_refuses_records_over_message_max_bytes_and_keyless_records_o
         large: ("error", "MESSAGE_TOO_LARGE"), keyless: ("error", "INVALID_RECORD"), fine: ("acked", None)}
 
 
-def test_a_v2_cluster_hands_a_round_that_needs_what_v2_does_not_carry_to_todays_round(new_cluster, clock):
+def test_idempotent_producers_run_in_v2_retries_answered_with_their_offsets_and_written_once(new_cluster, clock):
     cluster = v2_cluster(new_cluster, clock)
-    batch = [{"value": "x", "partition": 0, "producer_id": 7, "producer_epoch": 0, "sequence": 0}]
-    first = cluster.produce("orders", batch, acks=1)
-    cluster.run_round()
-    assert cluster.v1_reasons == ["idempotent producers"]
-    # the next round, with nothing idempotent, is v2's again, from the tables today's round left
-    plain = cluster.produce("orders", [{"value": "y", "partition": 0}], acks=1)
-    clock.advance(100)
+
+    def batch(first, count, value):
+        return [{"value": f"{value}{first + i}", "partition": 0, "producer_id": 7, "producer_epoch": 0,
+                 "sequence": first + i} for i in range(count)]
+
+    first = cluster.produce("orders", batch(0, 2, "a"), acks=1)
+    again = cluster.produce("orders", batch(0, 2, "a"), acks=1)  # a retry in the same round: its offsets
     cluster.run_round()
     assert ran_v2(cluster)
-    retry = cluster.produce("orders", batch, acks=1)  # the same batch again: today's round finds the duplicate
+    plain = cluster.produce("orders", [{"value": "y", "partition": 0}], acks=1)
+    retry = cluster.produce("orders", batch(0, 2, "a"), acks="all")  # a stored batch: answered, not written
+    bad = cluster.produce("orders", [{"value": "z", "partition": 0, "producer_id": 7, "producer_epoch": -1,
+                                      "sequence": 2}], acks=1)  # INVALID_RECORD first: no part of the sequence
+    nxt = cluster.produce("orders", batch(2, 1, "a"), acks="all")     # continues 0-1
+    gap = cluster.produce("orders", batch(4, 1, "a"), acks=1)        # sequence 3 missing
     clock.advance(100)
     report = cluster.run_round()
-    assert cluster.v1_reasons == ["idempotent producers"] and report.records_appended == 0
-    offsets = {r["request_id"]: (r["status"], r["base_offset"]) for r in cluster.produce_results().collect()}
-    assert offsets == {first: ("acked", 0), plain: ("acked", 1), retry: ("acked", 0)}
-    assert [r["value"] for r in cluster.read("orders", partition=0).orderBy("offset").collect()] == [b"x", b"y"]
+    assert ran_v2(cluster)
+    assert report.records_appended == 2  # plain and nxt
+    results = {r["request_id"]: (r["status"], r["error_code"], r["base_offset"], r["last_offset"])
+               for r in cluster.produce_results().collect()}
+    assert results == {first: ("acked", None, 0, 1), again: ("acked", None, 0, 1), plain: ("acked", None, 2, 2),
+                       retry: ("acked", None, 0, 1), gap: ("error", "OUT_OF_ORDER_SEQUENCE_NUMBER", None, None),
+                       bad: ("error", "INVALID_RECORD", None, None), nxt: ("acked", None, 3, 3)}
+    for replica in range(3):
+        assert [r["value"] for r in cluster.read("orders", partition=0, replica=replica).orderBy("offset").collect()] \
+            == [b"a0", b"a1", b"y", b"a2"]
+    stored = sorted(tuple(r) for r in cluster.storage.read("producers")
+                    .select("producer_id", "base_sequence", "last_sequence", "base_offset", "last_offset").collect())
+    assert stored == [(7, 0, 1, 0, 1), (7, 2, 2, 3, 3)]
+
+
+def test_a_v2_cluster_hands_a_round_that_needs_what_v2_does_not_carry_to_todays_round(new_cluster, clock):
+    cluster = v2_cluster(new_cluster, clock)
     cluster.alter_client_quotas({"client-id": "app"}, set={"producer_byte_rate": 1000})
     cluster.produce("orders", [{"value": "z", "partition": 1}], acks=1, client_id="app")
     clock.advance(100)
     cluster.run_round()
     assert cluster.v1_reasons == ["client quotas"]
+    # the next round, with no quota left, is v2's again, from the tables today's round left
+    cluster.alter_client_quotas({"client-id": "app"}, delete=["producer_byte_rate"])
+    clock.advance(100)
+    cluster.run_round()
+    plain = cluster.produce("orders", [{"value": "y", "partition": 1}], acks=1)
+    clock.advance(100)
+    report = cluster.run_round()
+    assert ran_v2(cluster) and report.records_appended == 1
+    assert {r["request_id"]: (r["status"], r["base_offset"]) for r in cluster.produce_results().collect()
+            if r["request_id"] == plain} == {plain: ("acked", 1)}
+
+
+def test_retention_and_delete_records_run_in_v2_and_followers_take_the_leaders_log_start(new_cluster, clock):
+    cluster = v2_cluster(new_cluster, clock, topic_config={"retention.ms": 1000},
+                         **{"log.retention.check.interval.ms": 1000})
+    assert ran_v2(cluster)  # (a process's first round checks retention: v2 runs it)
+    cluster.produce("orders", [{"value": f"v{i}", "partition": 0} for i in range(3)], acks="all")
+    for _ in range(2):
+        clock.advance(100)
+        cluster.run_round()
+
+    def log_starts():
+        return sorted((r["partition"], r["broker"], r["log_start_offset"])
+                      for r in cluster.storage.replica_state().collect())
+
+    assert log_starts() == [(p, b, 0) for p in range(2) for b in range(3)]
+    clock.advance(1000)  # records 0-2 older than retention.ms, and the check due
+    cluster.produce("orders", [{"value": "new", "partition": 0}], acks="all")
+    clock.advance(100)
+    cluster.run_round()
+    assert ran_v2(cluster)
+    assert log_starts() == [(0, b, 3) for b in range(3)] + [(1, b, 0) for b in range(3)]
+    assert [r["offset"] for r in cluster.read("orders", partition=0).collect()] == [3]
+    for broker in range(3):  # the records below are gone from every replica's log
+        assert [r["offset"] for r in cluster.storage.read_log(broker).filter("partition = 0").collect()] == [3]
+    assert cluster.delete_records("orders", 0, 4) == 4
+    clock.advance(100)
+    report = cluster.run_round()
+    assert ran_v2(cluster) and report.admin_version == cluster.storage.version("admin")
+    assert log_starts() == [(0, b, 4) for b in range(3)] + [(1, b, 0) for b in range(3)]
 
 
 def test_a_v2_round_compacts_replica_state_to_its_current_rows_and_keeps_its_carry(spark, new_cluster, clock,

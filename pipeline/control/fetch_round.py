@@ -19,7 +19,7 @@ reached the leader's LEO before the round."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +31,7 @@ from pipeline.control.fetch_response import batches_taken
 from pipeline.control.fetch_session import (NO_SESSION, UNKNOWN, CachedPartitions, cache_after_response,
                                             must_respond, request_carries)
 from pipeline.control.leader_append import assign_base_offsets, produce_error
+from pipeline.control.log_start import follower_log_start_offset, maybe_increment_log_start_offset
 from pipeline.control.partition import maybe_expand_isr, maybe_increment_leader_hw, out_of_sync_replicas
 from pipeline.control.replica import (FetchState, effective_fetch_state, is_caught_up, reset_replica_state,
                                       update_fetch_state)
@@ -72,16 +73,14 @@ class RoundContext:
 
 @dataclass(frozen=True)
 class SessionFigures:
-    """What a bucket's round did to the leaders' fetch sessions beyond their contexts: the sessions
-    whose fetcher sent a follow-up fetch (each moves to its next epoch), and the partitions each
-    incremental request added to its session."""
+    """What a bucket's round did beyond its partition rows: to the leaders' fetch sessions (the
+    sessions whose fetcher sent a follow-up fetch, each moving to its next epoch, and the
+    partitions each incremental request added to its session), and the brokers whose replicas'
+    log start offsets moved (their logs drop the records below)."""
 
     followed_up: frozenset = frozenset()
-    added: dict = None  # session id -> partitions added
-
-    def __post_init__(self) -> None:
-        if self.added is None:
-            object.__setattr__(self, "added", {})
+    added: dict = field(default_factory=dict)  # session id -> partitions added
+    log_start_brokers: frozenset = frozenset()
 
 
 def _np(table: pa.Table, name: str) -> np.ndarray:
@@ -117,6 +116,17 @@ class _Partitions:
         leo = self.arrays["log_end_offset"]
         self.leader_leo = np.where(self.is_leader, leo, 0).sum(axis=1)
         self.serving = np.zeros(len(self.leader), dtype=bool)  # a leader that answers (set by the round)
+
+    def move_log_start(self, state: pa.Table) -> None:
+        """The leaders' log start offsets after the round's delete_records and retention
+        (`requested_log_start_offset`, a state column only when there are some)."""
+        if "requested_log_start_offset" not in state.column_names or not state.num_rows:
+            return
+        requested = pc.fill_null(state.column("requested_log_start_offset"), -1).to_numpy(zero_copy_only=False)
+        lso = self.arrays["log_start_offset"]
+        moved = maybe_increment_log_start_offset(np.where(self.is_leader, lso, 0).sum(axis=1), self.high_watermark,
+                                                 requested.astype(np.int64))
+        self.arrays["log_start_offset"] = np.where(self.is_leader, moved[:, None], lso)
 
     def requests(self, ctx: RoundContext) -> tuple[np.ndarray, np.ndarray]:
         """Each replica's fetch request this round as its leader took it (`ctx.fetch_contexts`):
@@ -234,18 +244,37 @@ class _Appends:
         error = produce_error(self.known, leader, self.acks, isr_size[at] if len(isr_size) else at,
                               parts.min_isr[at] if len(parts.min_isr) else at, part_error[self.part])
         self.error = np.where(pending, None, error).astype(object)
-        self.accepted = ~pending & (self.error == None)  # noqa: E711 (element-wise)
+        duplicate = _np(self.table, "is_duplicate").astype(bool)
+        self.accepted = ~pending & ~duplicate & (self.error == None)  # noqa: E711 (element-wise)
+        # the requests answered with offsets: appended now, pending, or a retry not refused
+        self.answered = self.accepted | pending | (duplicate & (self.error == None))  # noqa: E711
         base, self.leader_leo = assign_base_offsets(at, self.count, self.accepted, parts.leader_leo)
-        self.base = np.where(pending, np.nan_to_num(_np(self.table, "base_offset").astype(float), nan=-1), base) \
+        given = pending | duplicate  # (offsets appended in an earlier round)
+        self.base = np.where(given, np.nan_to_num(_np(self.table, "base_offset").astype(float), nan=-1), base) \
             .astype(np.int64)
-        self.last = np.where(pending, np.nan_to_num(_np(self.table, "last_offset").astype(float), nan=-1),
+        self.last = np.where(given, np.nan_to_num(_np(self.table, "last_offset").astype(float), nan=-1),
                              base + self.count - 1).astype(np.int64)
+        self._repeat_offsets(duplicate, request_id)
         # this round's batches per partition: the accepted requests, contiguous from the old LEO
         batch = np.flatnonzero(self.accepted)
         self.batch_partition, self.batch_count, self.batch_bytes = at[batch], self.count[batch], self.bytes[batch]
         n = len(parts.leader)
         self.batches_of = np.bincount(self.batch_partition, minlength=n) if n else np.zeros(0, dtype=np.int64)
         self.first_batch = np.cumsum(self.batches_of) - self.batches_of
+
+
+    def _repeat_offsets(self, duplicate: np.ndarray, request_id: np.ndarray) -> None:
+        """A retry of a request appended this round takes that request's offsets (its first
+        batch's base, its last batch's last offset); the retry and it are of one partition."""
+        repeats = np.flatnonzero(duplicate & (_np(self.table, "duplicate_of") != None))  # noqa: E711
+        if not len(repeats):
+            return
+        first, last = self.part_first, self.part_last
+        appended = {(request_id[f], self.index[f]): (self.base[f], self.last[l])
+                    for f, l in zip(first, last) if self.accepted[f]}
+        of = _np(self.table, "duplicate_of").astype(object)
+        for row in repeats:
+            self.base[row], self.last[row] = appended.get((of[row], self.index[row]), (-1, -1))
 
 
 class _Reads:
@@ -337,6 +366,7 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
     if ctx.restarted:
         parts.reset(ctx)
     parts.quiescent_fetches(ctx)
+    parts.move_log_start(state)
     appends = _Appends(requests, parts)
     leo_new = appends.leader_leo
     parts.serving = parts.is_leader.any(axis=1) & ~np.isin(parts.leader, ctx.ineligible_brokers)
@@ -350,6 +380,10 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
     fetched = followers & (own_leo <= parts.leader_leo[:, None])
     lagging = fetched & (own_leo < parts.leader_leo[:, None])
     leader_lso = np.where(parts.is_leader, parts.arrays["log_start_offset"], 0).sum(axis=1)[:, None]
+    # (a fetching follower takes its leader's log start offset from the response)
+    parts.arrays["log_start_offset"] = np.where(fetched, follower_log_start_offset(parts.arrays["log_start_offset"],
+                                                                                  leader_lso),
+                                                parts.arrays["log_start_offset"])
     max_bytes = ctx.partition_max_bytes
     cache = parts.cache()
     cached = cache.session_id == session
@@ -410,7 +444,9 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
                                   parts.arrays["last_caught_up_time_ms"], ctx.now_ms, parts.lag) & parts.serving[:, None]
     parts.in_isr = parts.in_isr & ~shrunk
     hw = parts.high_watermark_after(hw, leo_new, ctx)
-    parts.arrays["log_end_offset"] = np.where(parts.is_leader, leo_new[:, None], leo_after)
+    # (a follower whose log ended below its leader's log start starts its log there)
+    parts.arrays["log_end_offset"] = np.where(parts.is_leader, leo_new[:, None],
+                                              np.maximum(leo_after, np.where(fetched, leader_lso, 0)))
     parts.arrays["fetch_offset"] = np.where(parts.is_leader, leo_new[:, None], parts.arrays["fetch_offset"])
     parts.arrays["replica_high_watermark"] = np.where(parts.is_leader, hw[:, None], replica_hw)
     changes = joined_first.any(axis=1).astype(int) + joined_again.any(axis=1) + shrunk.any(axis=1)
@@ -419,8 +455,10 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
     out = _output(state, parts, appends, hw, changes, (joined_first | joined_again, shrunk),
                   (own_leo, reads.end_after(read, own_leo), read, from_batch, fetched), entries, ctx)
     ids, counts = np.unique(session[added], return_counts=True)
+    moved = (parts.arrays["log_start_offset"] > padded(state.column("log_start_offset"), parts.brokers.shape[1], 0,
+                                                       np.int64)) & parts.exists
     return out, SessionFigures(frozenset(session[follow & sessioned].tolist()),
-                               dict(zip(ids.tolist(), counts.tolist())))
+                               dict(zip(ids.tolist(), counts.tolist())), frozenset(parts.brokers[moved].tolist()))
 
 
 def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarray, changes: np.ndarray,
@@ -435,7 +473,7 @@ def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarr
     # one result per (request, partition): its first batch's base offset, its last batch's last
     # offset and status (the acks wait for the whole request), its records
     first, last = appends.part_first, appends.part_last
-    offsets = (appends.accepted | _np(appends.table, "is_pending").astype(bool))[first]
+    offsets = appends.answered[first]
     results = pa.StructArray.from_arrays(
         [appends.table.column("request_id").combine_chunks().take(pa.array(first, type=pa.int64())),
          pa.array(np.where(offsets, appends.base[first], None), type=pa.int64()),
@@ -467,12 +505,14 @@ def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarr
     listed = (read > 0) | (from_batch > 0)
     fetch_offsets = np.r_[0, np.cumsum((read > 0).sum(axis=1) + (from_batch > 0).sum(axis=1))].astype(np.int32)
     leo_new = appends.leader_leo
-    followers_settled = np.where(parts.exists, parts.in_isr & (parts.arrays["log_end_offset"] == leo_new[:, None]),
-                                 True).all(axis=1)
+    lso = parts.arrays["log_start_offset"]
+    leader_lso = np.where(parts.is_leader, lso, 0).sum(axis=1)
+    followers_settled = np.where(parts.exists, parts.in_isr & (parts.arrays["log_end_offset"] == leo_new[:, None])
+                                 & ((lso == leader_lso[:, None]) | ~parts.serving[:, None]), True).all(axis=1)
     width = parts.brokers.shape[1]
-    sessions_moved = np.zeros(n, dtype=bool)
-    for name in SESSION_ARRAYS:  # a leader's session cache entry is part of the replica's state
-        sessions_moved |= ((padded(state.column(name), width, 0, np.int64) != parts.arrays[name]) & parts.exists).any(axis=1)
+    state_moved = np.zeros(n, dtype=bool)
+    for name in (*SESSION_ARRAYS, "log_start_offset"):  # (a leader's session cache entry is replica state)
+        state_moved |= ((padded(state.column(name), width, 0, np.int64) != parts.arrays[name]) & parts.exists).any(axis=1)
     columns = {name: state.column(name) for name in ("topic", "partition", "bucket", "leader", "leader_epoch",
                                                       "leader_epoch_start_offset", "replicas", "min_isr",
                                                       "lag_time_max_ms")}
@@ -492,7 +532,7 @@ def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarr
         fetch_response_partitions=pa.array(entries[1], type=pa.int32()),
         is_settled=pa.array(followers_settled & (hw == leo_new), type=pa.bool_()),
         is_changed=pa.array((leo_new > leader_leo_before) | listed.any(axis=1) | (changes > 0) | (per_partition > 0)
-                            | sessions_moved
+                            | state_moved
                             | (hw != parts.high_watermark) | ~(followers_settled & (hw == leo_new)), type=pa.bool_()),
     )
     out = pa.table([columns[f.name] for f in CONTROL_OUTPUT_SCHEMA_ARROW], schema=CONTROL_OUTPUT_SCHEMA_ARROW)

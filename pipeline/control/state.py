@@ -43,8 +43,9 @@ PARTITION_STATE_SCHEMA = StructType([
 ])
 
 # the inbox summarised (DESIGN.md, "Round v2", 2): a record batch's count and bytes (one row per
-# (request, partition, batch)), and the error its records' own checks found; pending requests
-# (acks=all, appended in an earlier round) come as one row each with their offsets
+# (request, partition, batch)), and the error its records' own checks found (with an idempotent
+# producer's sequence checks); pending requests (acks=all, appended in an earlier round) come as one
+# row each with their offsets
 REQUEST_SUMMARY_SCHEMA = StructType(_fields(
     ("request_id", StringType(), False),
     ("topic", StringType(), False),
@@ -61,6 +62,11 @@ REQUEST_SUMMARY_SCHEMA = StructType(_fields(
     ("is_pending", BooleanType(), False),
     ("base_offset", LongType(), True),
     ("last_offset", LongType(), True),
+    # a retried batch of an idempotent producer (KIP-98): not appended, answered with the offsets of
+    # the batch it repeats, a stored one's (`base_offset`, `last_offset`) or, when it repeats a
+    # request of this round, that request's (`duplicate_of`)
+    ("is_duplicate", BooleanType(), False),
+    ("duplicate_of", StringType(), True),
 ))
 
 # a partition's produce results: the results table's fields but its keys and round
