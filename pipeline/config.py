@@ -135,10 +135,10 @@ _KEYS = [
               "fetch sessions each leader broker keeps (KIP-227)"),
     ConfigKey("replication.fetch.mode", str, "incremental", lambda v: v in FETCH_MODES, "incremental|full",
               "incremental: KIP-227 fetch sessions; full: every partition in every fetch (for comparison)"),
-    ConfigKey("replication.round", str, "v1", lambda v: v in ROUND_VERSIONS, "v1|v2",
-              "v2: the round in a handful of Spark jobs (experimental); a round that needs what it does not carry "
-              "yet (elections, reassignment, admin requests, throttles, quotas, idempotent producers, retention) "
-              "runs as v1"),
+    ConfigKey("replication.round", str, "v2", lambda v: v in ROUND_VERSIONS, "v2|v1",
+              "v2: the round in a handful of Spark jobs; a round that needs what it does not carry yet (elections "
+              "and fencing, reassignment, admin requests but delete_records, throttles, client quotas) runs as v1; "
+              "v1: every round as before v2"),
     # KIP-73 replication quotas: bytes per second each broker sends (leader) or receives (follower)
     # for throttled replicas outside the ISR, by the cluster clock (Kafka's default: unlimited)
     ConfigKey("leader.replication.throttled.rate", int, LONG_MAX, _positive, "> 0",

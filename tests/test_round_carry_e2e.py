@@ -1,16 +1,28 @@
 """A round carries its pinned state to the next round of the same process (round.Carry) instead
 of re-reading the tables it has just written; a commit by anyone else to those tables makes the
 next round read them again. Bulk work (a backlog round, a produced DataFrame) gets Spark settings of
-its own for its duration."""
+its own for its duration.
+
+These are today's round's own carry, working set and compaction (round.py, `replication.round=v1`):
+its clusters run v1 here. Round v2's carry, compaction and bulk rounds are in test_round_v2.py."""
+
+import dataclasses
 
 import pytest
 from pyspark.sql import functions as F
 
 from pipeline import Cluster
+from pipeline import config as replog_config
 from pipeline import replication
 from pipeline import round as round_module
 from pipeline.round import table_versions
 from pipeline.spark import BROADCAST_SMALL_SIDES
+
+
+@pytest.fixture(autouse=True)
+def todays_round(monkeypatch):
+    key = replog_config.CLUSTER_KEYS["replication.round"]
+    monkeypatch.setitem(replog_config.CLUSTER_KEYS, "replication.round", dataclasses.replace(key, default="v1"))
 
 
 def committed(cluster, topic):

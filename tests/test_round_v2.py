@@ -168,6 +168,22 @@ def test_what_the_responses_leave_of_a_lagging_followers_read_is_not_written(spa
     assert out.state.first()["log_end_offset"] == [7, 7, 4]
 
 
+def test_a_request_answered_not_enough_replicas_after_append_is_in_the_leaders_log(spark, tmp_path):
+    """Found by the seed-104 soak case on v2: the followers stopped fetching past the lag, so the
+    round appends an acks=all request, shrinks the ISR under min ISR and answers it
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND. Its records were appended (the leader's LEO says so) and
+    must be in the leader's log; they were left out of the numbering, which took only requests
+    that did not fail."""
+    tables = RoundTables({b: str(tmp_path / f"log{b}") for b in range(3)}, str(tmp_path / "state"))
+    state = spark.createDataFrame([empty_partition(0)], PARTITION_STATE_SCHEMA)
+    out = run_active_round(state, produced(spark, [("a", -1, [(0, "a0"), (0, "a1")])], 1), None,
+                           RoundContext(1, 100_000, (0,)), 1, tables, appender(tables))
+    assert [(r["status"], r["error_code"], r["base_offset"]) for r in results_of(spark, tables).collect()] == \
+        [("error", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", 0)]
+    assert (out.state.first()["isr"], out.state.first()["log_end_offset"]) == ([0], [2, 0, 0])
+    assert log(spark, tables.logs[0]) == [(0, 0, "a0", 1), (0, 1, "a1", 1)]
+
+
 # -- the v2 round as the cluster's round (replication.round=v2) -----------------------------------
 
 def v2_cluster(new_cluster, clock, topic_config=None, **config):

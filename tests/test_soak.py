@@ -40,15 +40,18 @@ def test_the_checker_catches_a_lost_acknowledged_record_and_a_duplicate_offset(s
 
 def test_an_errored_idempotent_batch_keeps_its_sequences_seed_104(spark, tmp_path):
     """Seed 104 of 300 events failed [acked]: an acks=all idempotent batch appended, then answered
-    with an error (its round came 35 s after the produce, the followers had fallen out of the ISR),
-    and the soak sent new values under the same producer epoch and sequences. The leader answered
+    with an error (its round came 35 s after the produce, the followers had fallen out of the ISR;
+    here their fetchers are paused, since a round judges the ISR after its fetches), and the soak sent new values under the same producer epoch and sequences. The leader answered
     that batch as a duplicate of the one it held, at the first batch's offset, as Kafka's leader
     does: duplicates are found by epoch and sequences, not by contents. The soak's producer was
     wrong, so now an errored batch is retried as it was, or the producer bumps its epoch and
     starts at sequence 0 (KIP-360)."""
     soak = Soak(spark, str(tmp_path / "c"), seed=104)
     first = {"partition": 0, "values": ["a", "b"], "base": 0, "kind": "batch", "epoch": 0}
-    soak.replay([["idempotent", first], ["wait", {"ms": 35_000}]], heal=False)
+    leader = soak.cluster.describe("clean").filter("partition = 0").first()["leader"]
+    followers = [b for b in range(3) if b != leader]
+    soak.replay([["idempotent", first], *[["pause", {"broker": b}] for b in followers], ["wait", {"ms": 35_000}]],
+                heal=False)
     rid = soak.producers[0]["last"][0]
     assert soak._status(rid) == {"error"}
     snap = soak.checker.check()
@@ -63,7 +66,8 @@ def test_an_errored_idempotent_batch_keeps_its_sequences_seed_104(spark, tmp_pat
     assert drawn == {("retry", 0, 0, True), ("batch", 0, 1, False)}
 
     # both answers a producer may give keep every guarantee
-    soak.replay([["idempotent", {**first, "kind": "retry"}], "round", "round",
+    soak.replay([*[["resume", {"broker": b}] for b in followers],
+                 ["idempotent", {**first, "kind": "retry"}], "round", "round",
                  ["idempotent", {"partition": 0, "values": ["c"], "base": 0, "kind": "batch", "epoch": 1}],
                  "round", "round"], heal=False)
     # and a batch like the old soak's is caught: new values under epoch 1, sequence 0 are answered

@@ -12,7 +12,6 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from pipeline.acks import STATUS_ERROR
 from pipeline.schemas import LOG_SCHEMA, PARTITION_KEY
 
 __all__ = ["number_records", "batch_copies", "log_rows"]
@@ -24,9 +23,11 @@ def number_records(inbox_df: DataFrame, control_df: DataFrame) -> DataFrame:
     """The accepted records of the round's inbox rows as log rows of their leader (`broker`): each
     request's base offset and the leader's epoch from the control job's output, plus the record's
     place among its request's records of that partition (by record_index)."""
+    # (an appended request has its offsets whatever its status: one answered with
+    # NOT_ENOUGH_REPLICAS_AFTER_APPEND was appended; a refused one has none)
     bases = (control_df.filter(F.col("is_known"))
              .select(*PARTITION_KEY, "leader", "leader_epoch", F.explode("results").alias("r"))
-             .filter((F.col("r.status") != STATUS_ERROR) & F.col("r.base_offset").isNotNull())
+             .filter(F.col("r.base_offset").isNotNull())
              .select(F.col("r.request_id").alias("request_id"), *PARTITION_KEY, F.col("r.base_offset").alias("_base"),
                      F.col("leader").alias("broker"), "leader_epoch"))
     delta = F.row_number().over(Window.partitionBy(*_PART).orderBy("record_index")) - 1
