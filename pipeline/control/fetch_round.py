@@ -87,6 +87,11 @@ def _np(table: pa.Table, name: str) -> np.ndarray:
     return table.column(name).to_numpy(zero_copy_only=False)
 
 
+def _pair(broker: np.ndarray, leader: np.ndarray) -> np.ndarray:
+    """One int64 key per (fetching broker, leader): a fetcher's request to one leader."""
+    return np.asarray(broker).astype(np.int64) * 2**32 + np.asarray(leader).astype(np.int64)
+
+
 def _keys(table: pa.Table) -> pa.Array:
     partition = pc.fill_null(pc.cast(table.column("partition"), pa.string()), "?")
     return pc.binary_join_element_wise(table.column("topic"), partition, "\x00")
@@ -134,12 +139,13 @@ class _Partitions:
         shape = self.brokers.shape
         if not ctx.fetch_contexts:
             return np.full(shape, _SESSIONLESS), np.full(shape, NO_SESSION, dtype=np.int64)
-        keys = np.array([f * 2**32 + leader for f, leader, _, _ in ctx.fetch_contexts], dtype=np.int64)
+        keys = _pair(np.array([f for f, _, _, _ in ctx.fetch_contexts]),
+                     np.array([leader for _, leader, _, _ in ctx.fetch_contexts]))
         kinds = np.array([_KINDS[kind] for _, _, kind, _ in ctx.fetch_contexts])
         ids = np.array([sid for _, _, _, sid in ctx.fetch_contexts], dtype=np.int64)
         order = np.argsort(keys)
         keys, kinds, ids = keys[order], kinds[order], ids[order]
-        pair = self.brokers.astype(np.int64) * 2**32 + self.leader[:, None].astype(np.int64)
+        pair = _pair(self.brokers, self.leader[:, None])
         at = np.clip(np.searchsorted(keys, pair), 0, len(keys) - 1)
         found = keys[at] == pair
         return np.where(found, kinds[at], _NONE), np.where(found, ids[at], NO_SESSION)
@@ -326,7 +332,7 @@ def _respond(parts: _Partitions, appends: _Appends, fetched: np.ndarray, reads: 
     rows, cols = np.nonzero(fetched)
     if len(rows) == 0:
         return read_taken, batches, records
-    pair = parts.brokers[rows, cols].astype(np.int64) * 2**32 + parts.leader[rows].astype(np.int64)
+    pair = _pair(parts.brokers[rows, cols], parts.leader[rows])
     # Kafka's fetcher moves partitions that returned data to the back: the request's order is the
     # last round each partition returned data, then the partition (rows are sorted by it)
     order = np.lexsort((rows, parts.arrays["last_data_round"][rows, cols], pair))
@@ -419,7 +425,7 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
     parts.arrays["last_data_round"] = last_data_round
     # 3. the follow-up: every follower whose response carried records fetches again at once, in its
     # session an incremental request (the partitions whose fetch offset moved) and response
-    pair = parts.brokers.astype(np.int64) * 2**32 + parts.leader[:, None].astype(np.int64)
+    pair = _pair(parts.brokers, parts.leader[:, None])
     follow = fetched & np.isin(pair, pair[got])
     offered = parts.arrays["fetch_offset"]
     requested_again = follow & np.where(sessioned, request_carries(cache.session_id == session, leo_after, offered,
