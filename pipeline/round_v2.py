@@ -181,7 +181,7 @@ class CarryV2:
     pending: DataFrame  # results rows still pending (without round_id)
     lagging_leaders: set[int]  # leaders with a follower behind their LEO after the round
     state_table_rows: int  # rows in the replica_state table (the superseded ones too)
-    topic_checks: DataFrame  # each topic's message.max.bytes and compaction (pinned)
+    topic_checks: DataFrame  # each topic's checks, round_v2._TOPIC_CHECKS (pinned)
 
 
 def v1_reasons(storage: Storage, inputs: RoundInputs, carry: CarryV2 | None) -> list[str]:
