@@ -47,7 +47,7 @@ def partition_state_from_tables(partitions_df: DataFrame, replica_state_df: Data
                    "replica_high_watermark": "high_watermark", "fetch_offset": "fetch_offset",
                    "last_fetch_time_ms": "last_fetch_time_ms", "last_fetch_leader_leo": "last_fetch_leader_leo",
                    "last_caught_up_time_ms": "last_caught_up_time_ms", "last_data_round": "last_data_round",
-                   **{name: name for name in SESSION_ARRAYS}}
+                   **{name: name for name in SESSION_ARRAYS}, "validated_leader_epoch": "validated_leader_epoch"}
     gathered = current_rows(replica_state_df, REPLICA_KEY).groupBy("topic", "partition").agg(
         *[F.map_from_entries(F.collect_list(F.struct("broker", column))).alias(f"_{name}")
           for name, column in per_replica.items()])

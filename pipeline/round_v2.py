@@ -19,7 +19,9 @@ from pipeline.control.fetch_session import NO_SESSION, UNKNOWN
 from pipeline.control.state import PARTITION_STATE_SCHEMA, SESSION_ARRAYS
 from pipeline import fetch_session as sessions
 from pipeline import round as round_v1
+from pipeline import acks as acks_rules
 from pipeline.acks import STATUS_PENDING
+from pipeline.controller_wave import ControllerWave, controller_wave, preferred_elections_asked, unvalidated_brokers
 from pipeline.producer_state import batches_in_leader_log
 from pipeline.control_job import (partition_state_from_tables, pending_requests, produce_results, producer_checks,
                                   run_control_job, summarise_inbox, with_producer_checks)
@@ -182,36 +184,26 @@ class CarryV2:
     lagging_leaders: set[int]  # leaders with a follower behind their LEO after the round
     state_table_rows: int  # rows in the replica_state table (the superseded ones too)
     topic_checks: DataFrame  # each topic's checks, round_v2._TOPIC_CHECKS (pinned)
+    # brokers with a follower that has not validated its leader's epoch (controller_wave.py): it
+    # checks, and may truncate, in the first round it fetches in
+    unvalidated: frozenset[int] = frozenset()
 
 
 def v1_reasons(storage: Storage, inputs: RoundInputs, carry: CarryV2 | None) -> list[str]:
     """What this round needs that the v2 round does not carry yet (docs/design.md, "Not yet in
     v2"); empty: v2 runs it, else today's round does (both keep the same tables). `inputs` with its
-    versions fixed (round.with_input_versions). The controller's fencing and elections, a broker
-    down and not yet fenced, a reassignment, admin requests other than delete_records (read only
+    versions fixed (round.with_input_versions). A reassignment, a reassignment asked (read only
     when commits to the admin table changed rows: a maintenance pass's change none), replication
-    throttles, client quotas, and a follower that has not validated its leader's epoch since an
-    election (it checks it, and truncates, at its next fetch): a probe, a Spark job when there is
-    no v2 carry (a v2 round elects no leader)."""
-    decisions = inputs.controller or {}
+    throttles, client quotas. (Elections and the followers' epoch checks are the v2 round's
+    controller wave: controller_wave.py.)"""
     reasons = [what for what, needed in (
-        ("fencing or unfencing a broker (elections)", decisions.get("fence") or decisions.get("unfence")),
-        ("a broker down and not yet fenced", decisions.get("down")),
         ("a partition reassignment", inputs.reassigning),
-        ("admin requests", inputs.admin_to_version > inputs.last_admin_version
+        ("a partition reassignment asked", inputs.admin_to_version > inputs.last_admin_version
          and storage.rows_changed("admin", inputs.last_admin_version, inputs.admin_to_version)
          and storage.read_changes("admin", inputs.last_admin_version, inputs.admin_to_version)
-         .filter(F.col("kind") != "delete_records").limit(1).count()),
+         .filter(~F.col("kind").isin("delete_records", "elect_preferred")).limit(1).count()),
         ("replication throttles", any(inputs.throttles.values()) or inputs.throttle_budgets),
         ("client quotas", inputs.quota_sensors is not None or inputs.last_throttled_requests)) if needed]
-    if reasons:
-        return reasons
-    if carry is None:
-        partitions = storage.read("partitions").select(*PARTITION_KEY, "leader_epoch")
-        unvalidated = storage.replica_state().join(partitions, on=PARTITION_KEY).filter(
-            F.coalesce(F.col("validated_leader_epoch"), F.lit(0)) < F.col("leader_epoch"))
-        if unvalidated.limit(1).count():
-            reasons.append("a follower to validate its leader's epoch")
     return reasons
 
 
@@ -251,9 +243,10 @@ def _retention_leaders(state: DataFrame, topic_checks: DataFrame, down: set[int]
                     F.element_at("log_end_offset", at).alias("log_end_offset"), "retention_ms", "retention_bytes"))
 
 
-def _topic_config(storage: Storage, config: dict) -> DataFrame:
-    """Each partition with its topic's effective min ISR, lag and checks (_TOPIC_CHECKS)."""
-    return _partition_meta(storage, config).select(*PARTITION_KEY, "leader", "leader_epoch", "leader_epoch_start_offset",
+def _topic_config(meta: DataFrame) -> DataFrame:
+    """Each partition with its topic's effective min ISR, lag and checks (_TOPIC_CHECKS), of the
+    partitions with their topic's settings (round._partition_meta)."""
+    return meta.select(*PARTITION_KEY, "leader", "leader_epoch", "leader_epoch_start_offset",
                                                    "partition_epoch", "replicas", "isr", "min_isr", "lag_time_max_ms",
                                                    *_TOPIC_CHECKS[1:])
 
@@ -274,7 +267,8 @@ def _replica_state_rows(rows: DataFrame) -> DataFrame:
         .otherwise(F.element_at(F.col("replica_high_watermark"), at)),
         **{name: F.when(F.col("broker") == F.col("leader"), F.lit(none)).otherwise(F.element_at(F.col(name), at))
            for name, none in zip(SESSION_ARRAYS, (NO_SESSION, 0, UNKNOWN, UNKNOWN))},  # (a leader is in no session)
-        "validated_leader_epoch": F.col("leader_epoch"), "round_id": F.col("round_id")}
+        "validated_leader_epoch": F.when(F.col("broker") == F.col("leader"), F.col("leader_epoch"))
+        .otherwise(F.element_at(F.col("validated_leader_epoch"), at)), "round_id": F.col("round_id")}
     return exploded.select(*[columns[f.name].cast(f.dataType).alias(f.name) for f in REPLICA_STATE_SCHEMA.fields])
 
 
@@ -315,16 +309,6 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
     if carry is not None and round_v1._rows_changed(storage, carry.versions, seen):
         carry = None
     fetchers = int(config["num.replica.fetchers"])
-    if carry is not None:
-        state, pending, state_table_rows = carry.state, carry.pending, carry.state_table_rows
-        topic_checks = carry.topic_checks
-    else:
-        state_table_rows = storage.read("replica_state").count()  # (before this round appends to it)
-        topics = _topic_config(storage, config)
-        state = partition_state_from_tables(topics, storage.replica_state(), fetchers)
-        pending = _pending_results(storage, inputs.last_pending_requests).localCheckpoint()
-        topic_checks = topics.select(*_TOPIC_CHECKS).distinct().localCheckpoint()
-    inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
     down = set((inputs.controller or {}).get("down") or [])
     ctx = RoundContext(round_id=inputs.round_id, now_ms=inputs.now_ms,
                        fetching_brokers=tuple(b for b in inputs.brokers if b not in down and b not in inputs.paused_brokers),
@@ -335,6 +319,25 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
                        broker_last_fetch_ms=_last_fetches(inputs),
                        fetch_contexts=tuple((int(c.fetcher[len(sessions.REPLICA_FETCHER_PREFIX):]), c.leader, c.kind,
                                              c.session_id) for c in inputs.contexts))
+    wave, unvalidated = _controller_wave_if_due(spark, storage, inputs, carry, ctx)
+    if wave is not None:  # (its commits are the round's own: the versions after them are the ones read)
+        carry, seen = None, table_versions(storage)
+    if carry is not None:
+        state, pending, state_table_rows = carry.state, carry.pending, carry.state_table_rows
+        topic_checks = carry.topic_checks
+    else:
+        state_table_rows = storage.read("replica_state").count()  # (before this round appends to it)
+        topics = _topic_config(round_v1._partition_meta(storage, config) if wave is None else wave.meta)
+        state = partition_state_from_tables(topics, storage.replica_state() if wave is None else wave.replica_rows,
+                                            fetchers)
+        pending = _pending_results(storage, inputs.last_pending_requests).localCheckpoint()
+        topic_checks = topics.select(*_TOPIC_CHECKS).distinct().localCheckpoint()
+        unvalidated = wave.unvalidated if wave is not None else unvalidated
+    failed = None
+    if wave is not None and wave.new_leaders is not None:  # (acks.fail_on_leader_change)
+        failed = acks_rules.fail_on_leader_change(pending, wave.new_leaders).localCheckpoint()
+        pending = pending.join(failed.select(*REQUEST_KEY), on=REQUEST_KEY, how="left_anti").localCheckpoint()
+    inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
     sequences = _sequences(storage, inbox, state, topic_checks) if _has_idempotent_rows(storage, inputs) else None
     log_starts, admin_version = round_v1.log_start_requests(
         storage, inputs, _retention_leaders(state, topic_checks, down) if inputs.retention_due else None)
@@ -350,18 +353,25 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
         carried = pending.select(*REQUEST_KEY)
         written = results.filter(F.col("status") != STATUS_PENDING).unionByName(
             results.filter(F.col("status") == STATUS_PENDING).join(carried, on=REQUEST_KEY, how="left_anti"))
+        if failed is not None:
+            written = written.unionByName(failed.withColumn("round_id", F.lit(round_id).cast("long"))
+                                          .select(*written.columns))
         answers = []
-        if figures["changed"]:
-            answers.append((_replica_state_rows(rows.filter(F.col("is_changed") & F.col("is_known"))),
-                            storage.path("replica_state")))
-        if figures["results"]:
+        changed = rows.filter(F.col("is_changed") & F.col("is_known"))
+        if wave is not None:  # the partitions whose replica rows the controller's wave changed, too
+            changed = changed.unionByName(rows.filter(~F.col("is_changed") & F.col("is_known"))
+                                          .join(F.broadcast(wave.touched), on=PARTITION_KEY, how="left_semi"))
+        if figures["changed"] or wave is not None:
+            answers.append((_replica_state_rows(changed), storage.path("replica_state")))
+        if figures["results"] or failed is not None:
             answers.append((written.withColumn("throttle_time_ms", F.lit(0).cast("long"))
                             .select(*RESULTS_SCHEMA.fieldNames()), storage.path("results")))
         storage.append_all(answers, round_id)
         for broker in sorted(figures["log_start_brokers"]):  # (after the logs and the HW: today's order)
             storage.delete_log_prefixes(broker, _log_starts_of(rows, broker), round_id)
-        wrote.update(partitions=int(bool(figures["isr_changes"])), replica_state=int(bool(figures["changed"])),
-                     results=int(bool(figures["results"])))
+        wrote.update(partitions=int(bool(figures["isr_changes"])),
+                     replica_state=int(bool(figures["changed"] or wave is not None)),
+                     results=int(bool(figures["results"] or failed is not None)))
 
     active = run_active_round(state, inbox, pending, ctx, fetchers, tables,
                               lambda appends: storage.append_all(appends, inputs.round_id),
@@ -394,7 +404,22 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
         wrote["replica_state"] = wrote.get("replica_state", 0) + 1
     versions = tuple(v + wrote.get(table, 0) for table, v in zip(CARRIED_TABLES, seen))
     return report, CarryV2(versions, active.state, active.pending, set(figures["lagging_leaders"]), table_rows,
-                           topic_checks)
+                           topic_checks, unvalidated)
+
+
+def _controller_wave_if_due(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry: CarryV2 | None,
+                            ctx: RoundContext) -> tuple[ControllerWave | None, frozenset[int]]:
+    """The controller's wave (controller_wave.py) when the round has one: a broker to fence or
+    unfence, a preferred leader election asked, or a follower fetching this round that has not
+    validated its leader's epoch. Also the brokers with such followers before the round (from the
+    carry, else one Spark job)."""
+    decisions = inputs.controller or {}
+    unvalidated = carry.unvalidated if carry is not None else \
+        unvalidated_brokers(storage.replica_state(), storage.read("partitions"))
+    if (decisions.get("fence") or decisions.get("unfence") or set(unvalidated) & set(ctx.fetching_brokers)
+            or preferred_elections_asked(storage, inputs)):
+        return controller_wave(spark, storage, inputs), unvalidated
+    return None, unvalidated
 
 
 def _compact_state(storage: Storage, state: DataFrame, current_rows: int, table_rows: int, round_id: int,

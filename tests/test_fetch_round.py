@@ -25,7 +25,7 @@ def partition(p, leader=0, isr=(0, 1, 2), leo=10, last_data_round=(0, 0, 0), cau
                 last_data_round=list(last_data_round), session_id=list(session),
                 session_max_bytes=[1_048_576 if c else 0 for c in cached],
                 session_high_watermark=[(leo if sent_hw is None else sent_hw) if c else -1 for c in cached],
-                session_leader_log_start_offset=[0 if c else -1 for c in cached])
+                session_leader_log_start_offset=[0 if c else -1 for c in cached], validated_leader_epoch=[1] * 3)
 
 
 def request(request_id, p, count, size, acks=1, order=1, batch=0):
@@ -46,6 +46,14 @@ def test_an_offline_partition_refuses_produce_and_keeps_its_hw_and_isr():
     out = run([partition(0, leader=-1, isr=(1,), caught_up_ms=0)], [request("r", 0, 2, 50)], now=99_999)[("t", 0)]
     assert (out["isr"], out["high_watermark"], out["log_end_offset"]) == ([1], 10, [10, 10, 10])
     assert [(r["status"], r["error_code"]) for r in out["results"]] == [("error", "NOT_LEADER_OR_FOLLOWER")]
+
+
+def test_a_leader_that_is_down_and_not_yet_fenced_refuses_produce_and_moves_nothing():
+    # broker 0 stopped, its session not over: still the leader in the metadata, but it answers no
+    # request and no fetch until the controller fences it (then its partitions elect)
+    out = run([partition(0, leader=0)], [request("r", 0, 2, 50)], ineligible_brokers=(0,))[("t", 0)]
+    assert [(r["status"], r["error_code"]) for r in out["results"]] == [("error", "NOT_LEADER_OR_FOLLOWER")]
+    assert (out["high_watermark"], out["log_end_offset"], out["records_appended"]) == (10, [10, 10, 10], 0)
 
 
 def test_the_response_limit_moves_partitions_that_returned_data_to_the_back_and_the_follow_up_takes_the_rest():

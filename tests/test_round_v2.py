@@ -18,7 +18,8 @@ from pipeline.schemas import INBOX_SCHEMA
 
 def empty_partition(p):
     return ("t", p, 0, p % 3, 1, 0, 1, [p % 3, (p + 1) % 3, (p + 2) % 3], [p % 3, (p + 1) % 3, (p + 2) % 3], 0, 2,
-            30_000, *([[0, 0, 0]] * 8), [0, 0, 0], [0, 0, 0], [-1, -1, -1], [-1, -1, -1])  # (in no fetch session)
+            30_000, *([[0, 0, 0]] * 8), [0, 0, 0], [0, 0, 0], [-1, -1, -1], [-1, -1, -1],
+            [1, 1, 1])  # (in no fetch session; validated the leader's epoch)
 
 
 def produced(spark, requests, version):
@@ -386,3 +387,51 @@ def test_a_maintenance_pass_keeps_the_v2_carry_and_another_writers_topic_drops_i
     cluster.run_round()
     assert ran_v2(cluster) and reads == [1]
     assert {r["partition"]: r["high_watermark"] for r in cluster.describe("other").collect()} == {0: 1}
+
+
+def test_a_leader_crash_elects_in_v2_and_the_old_leader_truncates_its_diverging_suffix_when_it_returns(
+        new_cluster, clock):
+    """The controller's wave (controller_wave.py) in v2 rounds: the election when the crashed
+    leader is fenced, the pending acks=all request on it failed, and the returning broker's check of
+    its log against the new leader epoch, which drops the record only it held."""
+    cluster = v2_cluster(new_cluster, clock)
+    cluster.produce("orders", [{"value": "m0", "partition": 0}], acks="all")
+    cluster.run_round()
+    leader = cluster.describe("orders").filter(F.col("partition") == 0).first()["leader"]
+    followers = [b for b in range(3) if b != leader]
+    for b in followers:
+        cluster.pause_fetcher(b)
+    lost = cluster.produce("orders", [{"value": "lost", "partition": 0}], acks="all")  # on the leader only
+    clock.advance(100)
+    cluster.run_round()
+    assert ran_v2(cluster)
+    cluster.stop_broker(leader)
+    for b in followers:
+        cluster.resume_fetcher(b)
+    clock.advance(9500)  # past broker.session.timeout.ms: fenced, and its partitions elect
+    cluster.run_round()
+    assert ran_v2(cluster)
+    p = cluster.describe("orders").filter(F.col("partition") == 0).first()
+    assert (p["leader"] in followers, p["leader_epoch"], sorted(p["isr"])) == (True, 1, followers)
+    assert [(r["election"], r["previous_leader"], r["leader_epoch"], r["start_offset"]) for r in
+            cluster.elections().filter(F.col("partition") == 0).collect()] == [("clean", leader, 1, 1)]
+    assert {r["request_id"]: (r["status"], r["error_code"]) for r in cluster.produce_results().collect()
+            if r["request_id"] == lost} == {lost: ("error", "NOT_LEADER_OR_FOLLOWER")}
+    kept = cluster.produce("orders", [{"value": "m1", "partition": 0}], acks="all")
+    clock.advance(100)
+    cluster.run_round()
+    assert ran_v2(cluster)
+    cluster.start_broker(leader)
+    for _ in range(3):
+        clock.advance(100)
+        cluster.run_round()
+        assert ran_v2(cluster)
+    for replica in range(3):
+        assert [(r["offset"], r["leader_epoch"], r["value"]) for r in cluster.read(
+            "orders", partition=0, replica=replica, isolation="read_uncommitted").orderBy("offset").collect()] == \
+            [(0, 0, b"m0"), (1, 1, b"m1")]
+    assert sorted(cluster.describe("orders").filter(F.col("partition") == 0).first()["isr"]) == [0, 1, 2]
+    assert {r["request_id"]: r["status"] for r in cluster.produce_results().collect()
+            if r["request_id"] == kept} == {kept: "acked"}
+    assert cluster.storage.replica_state().filter(F.col("validated_leader_epoch") < 1).filter(
+        (F.col("partition") == 0) & (F.col("broker") != p["leader"])).count() == 0

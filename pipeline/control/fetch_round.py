@@ -36,6 +36,7 @@ from pipeline.control.partition import maybe_expand_isr, maybe_increment_leader_
 from pipeline.control.replica import (FetchState, effective_fetch_state, is_caught_up, reset_replica_state,
                                       update_fetch_state)
 from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REPLICA_ARRAYS, SESSION_ARRAYS, as_lists, padded
+from pipeline.schemas import NO_LEADER
 
 __all__ = ["RoundContext", "SessionFigures", "fetch_round", "fetch_round_and_sessions"]
 
@@ -246,7 +247,8 @@ class _Appends:
         part_error = np.full(len(self.part_first), None, dtype=object)
         part_error[self.part[failed]] = record_error[failed]
         isr_size = parts.in_isr.sum(axis=1)
-        leader = parts.leader[at] if len(parts.leader) else np.zeros(len(at), dtype=np.int32)
+        leader = np.where(parts.serving, parts.leader, NO_LEADER)[at] if len(parts.leader) \
+            else np.zeros(len(at), dtype=np.int32)
         error = produce_error(self.known, leader, self.acks, isr_size[at] if len(isr_size) else at,
                               parts.min_isr[at] if len(parts.min_isr) else at, part_error[self.part])
         self.error = np.where(pending, None, error).astype(object)
@@ -373,9 +375,11 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
         parts.reset(ctx)
     parts.quiescent_fetches(ctx)
     parts.move_log_start(state)
+    # a leader that is down (stopped, not yet fenced) answers nothing: its partitions have no leader
+    # for the round (NOT_LEADER_OR_FOLLOWER to producers) until the controller fences it
+    parts.serving = parts.is_leader.any(axis=1) & ~np.isin(parts.leader, ctx.ineligible_brokers)
     appends = _Appends(requests, parts)
     leo_new = appends.leader_leo
-    parts.serving = parts.is_leader.any(axis=1) & ~np.isin(parts.leader, ctx.ineligible_brokers)
     kind, session = parts.requests(ctx)
     incremental = kind == _INCREMENTAL
     sessioned = np.isin(kind, (_FULL, _INCREMENTAL)) & (session != NO_SESSION)

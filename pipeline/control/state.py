@@ -25,10 +25,12 @@ _LONGS = ArrayType(LongType(), False)
 # CachedPartitions): the session (0: none), the max bytes asked, the HW and log start offset last sent
 SESSION_ARRAYS = ("session_id", "session_max_bytes", "session_high_watermark", "session_leader_log_start_offset")
 # each replica's state, in replica order (Kafka's ReplicaState as the leader sees its followers;
-# the leader's own column holds its log's offsets)
+# the leader's own column holds its log's offsets); `validated_leader_epoch`: the leader epoch a
+# follower last checked its log against (below the partition's: it validates, and may truncate, at
+# its next fetch: controller_wave.py), passed through by the control job
 REPLICA_ARRAYS = ("log_start_offset", "log_end_offset", "replica_high_watermark", "fetch_offset",
                   "last_fetch_time_ms", "last_fetch_leader_leo", "last_caught_up_time_ms", "last_data_round",
-                  *SESSION_ARRAYS)
+                  *SESSION_ARRAYS, "validated_leader_epoch")
 
 # the controller's metadata of the partition, as the partitions table holds it
 _METADATA = ("leader", "leader_epoch", "leader_epoch_start_offset", "partition_epoch", "replicas", "isr")
