@@ -27,8 +27,8 @@ from pipeline.control_job import (partition_state_from_tables, pending_requests,
                                   run_control_job, summarise_inbox, with_producer_checks)
 from pipeline.data.append import log_rows
 from pipeline.data.catch_up import lagging_ranges, read_lagging_ranges, with_reads
-from pipeline.round import (CARRIED_TABLES, REQUEST_KEY, RoundInputs, RoundReport, _partition_meta, _pending_results, _read_inbox,
-                            _session_figures, table_versions, with_input_versions)
+from pipeline.round import (CARRIED_TABLES, REQUEST_KEY, RoundInputs, RoundReport, _deferred_requests, _partition_meta,
+                            _pending_results, _read_inbox, _session_figures, table_versions, with_input_versions)
 from pipeline.schemas import (LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PARTITIONS_SCHEMA, PRODUCERS_SCHEMA, REPLICA_STATE_SCHEMA,
                               RESULTS_SCHEMA, ROUNDS_SCHEMA)
 from pipeline.storage import Storage, is_concurrent_conflict
@@ -187,6 +187,8 @@ class CarryV2:
     # brokers with a follower that has not validated its leader's epoch (controller_wave.py): it
     # checks, and may truncate, in the first round it fetches in
     unvalidated: frozenset[int] = frozenset()
+    # produce requests waiting for their client's quota (round.QuotaStep.deferred), None: none
+    deferred: DataFrame | None = None
 
 
 def v1_reasons(storage: Storage, inputs: RoundInputs, carry: CarryV2 | None) -> list[str]:
@@ -194,16 +196,15 @@ def v1_reasons(storage: Storage, inputs: RoundInputs, carry: CarryV2 | None) -> 
     v2"); empty: v2 runs it, else today's round does (both keep the same tables). `inputs` with its
     versions fixed (round.with_input_versions). A reassignment, a reassignment asked (read only
     when commits to the admin table changed rows: a maintenance pass's change none), replication
-    throttles, client quotas. (Elections and the followers' epoch checks are the v2 round's
-    controller wave: controller_wave.py.)"""
+    throttles. (Elections and client quotas run in v2; elections and the followers' epoch checks in
+    its controller wave: controller_wave.py.)"""
     reasons = [what for what, needed in (
         ("a partition reassignment", inputs.reassigning),
         ("a partition reassignment asked", inputs.admin_to_version > inputs.last_admin_version
          and storage.rows_changed("admin", inputs.last_admin_version, inputs.admin_to_version)
          and storage.read_changes("admin", inputs.last_admin_version, inputs.admin_to_version)
          .filter(~F.col("kind").isin("delete_records", "elect_preferred")).limit(1).count()),
-        ("replication throttles", any(inputs.throttles.values()) or inputs.throttle_budgets),
-        ("client quotas", inputs.quota_sensors is not None or inputs.last_throttled_requests)) if needed]
+        ("replication throttles", any(inputs.throttles.values()) or inputs.throttle_budgets)) if needed]
     return reasons
 
 
@@ -338,7 +339,13 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
         failed = acks_rules.fail_on_leader_change(pending, wave.new_leaders).localCheckpoint()
         pending = pending.join(failed.select(*REQUEST_KEY), on=REQUEST_KEY, how="left_anti").localCheckpoint()
     inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
-    sequences = _sequences(storage, inbox, state, topic_checks) if _has_idempotent_rows(storage, inputs) else None
+    # client quotas (KIP-13's producer_byte_rate): the requests served this round, of the new ones
+    # and those that waited (round._client_quotas; no Spark job without a quota or a waiting request)
+    deferred = carry.deferred if carry is not None else _deferred_requests(storage, inputs.last_throttled_requests)
+    inbox, quota = round_v1._client_quotas(spark, inbox, deferred, inputs)
+    idempotent = _has_idempotent_rows(storage, inputs) or (
+        deferred is not None and bool(inbox.filter(F.col("producer_id").isNotNull()).limit(1).count()))
+    sequences = _sequences(storage, inbox, state, topic_checks) if idempotent else None
     log_starts, admin_version = round_v1.log_start_requests(
         storage, inputs, _retention_leaders(state, topic_checks, down) if inputs.retention_due else None)
     tables = RoundTables(logs={b: storage.log_path(b) for b in inputs.brokers}, producers=storage.path("producers"))
@@ -363,15 +370,18 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
                                           .join(F.broadcast(wave.touched), on=PARTITION_KEY, how="left_semi"))
         if figures["changed"] or wave is not None:
             answers.append((_replica_state_rows(changed), storage.path("replica_state")))
-        if figures["results"] or failed is not None:
-            answers.append((written.withColumn("throttle_time_ms", F.lit(0).cast("long"))
-                            .select(*RESULTS_SCHEMA.fieldNames()), storage.path("results")))
+        if figures["results"] or failed is not None or quota.waiting_results is not None:
+            written = round_v1._with_throttle_time(written, quota.held).select(*RESULTS_SCHEMA.fieldNames())
+            if quota.waiting_results is not None:  # (a request waiting for its quota has no throttle time yet)
+                written = written.unionByName(quota.waiting_results.select(*RESULTS_SCHEMA.fieldNames()))
+            answers.append((written, storage.path("results")))
         storage.append_all(answers, round_id)
         for broker in sorted(figures["log_start_brokers"]):  # (after the logs and the HW: today's order)
             storage.delete_log_prefixes(broker, _log_starts_of(rows, broker), round_id)
         wrote.update(partitions=int(bool(figures["isr_changes"])),
                      replica_state=int(bool(figures["changed"] or wave is not None)),
-                     results=int(bool(figures["results"] or failed is not None)))
+                     results=int(bool(figures["results"] or failed is not None
+                                      or quota.waiting_results is not None)))
 
     active = run_active_round(state, inbox, pending, ctx, fetchers, tables,
                               lambda appends: storage.append_all(appends, inputs.round_id),
@@ -394,7 +404,8 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
             "isr_expands", "under_replicated_partitions", "under_min_isr_partitions", "at_min_isr_partitions",
             "offline_partitions", "max_lag", "pending_requests")},
         duration_ms=int((time.perf_counter() - started) * 1000), batch_id=inputs.batch_id,
-        **_session_figures(inputs, after, handles))
+        **_session_figures(inputs, after, handles), throttled_requests=quota.waiting,
+        client_quota_bytes=quota.recorded)
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds",
                          inputs.round_id)
     table_rows = state_table_rows + figures["changed_replicas"]
@@ -404,7 +415,7 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
         wrote["replica_state"] = wrote.get("replica_state", 0) + 1
     versions = tuple(v + wrote.get(table, 0) for table, v in zip(CARRIED_TABLES, seen))
     return report, CarryV2(versions, active.state, active.pending, set(figures["lagging_leaders"]), table_rows,
-                           topic_checks, unvalidated)
+                           topic_checks, unvalidated, quota.deferred)
 
 
 def _controller_wave_if_due(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry: CarryV2 | None,

@@ -8,6 +8,7 @@ from pyspark.sql import functions as F
 
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control.state import PARTITION_STATE_SCHEMA
+from pipeline.replication import RECORD_OVERHEAD_BYTES
 from pipeline.control_job import produce_results
 from pipeline import Cluster
 from pipeline import round as round_module
@@ -274,13 +275,13 @@ def test_idempotent_producers_run_in_v2_retries_answered_with_their_offsets_and_
 
 def test_a_v2_cluster_hands_a_round_that_needs_what_v2_does_not_carry_to_todays_round(new_cluster, clock):
     cluster = v2_cluster(new_cluster, clock)
-    cluster.alter_client_quotas({"client-id": "app"}, set={"producer_byte_rate": 1000})
-    cluster.produce("orders", [{"value": "z", "partition": 1}], acks=1, client_id="app")
+    cluster.throttle_fetcher(2, 100)
+    cluster.produce("orders", [{"value": "z", "partition": 1}], acks=1)
     clock.advance(100)
     cluster.run_round()
-    assert cluster.v1_reasons == ["client quotas"]
-    # the next round, with no quota left, is v2's again, from the tables today's round left
-    cluster.alter_client_quotas({"client-id": "app"}, delete=["producer_byte_rate"])
+    assert cluster.v1_reasons == ["replication throttles"]
+    # the next round, with the throttle lifted, is v2's again, from the tables today's round left
+    cluster.throttle_fetcher(2, None)
     clock.advance(100)
     cluster.run_round()
     plain = cluster.produce("orders", [{"value": "y", "partition": 1}], acks=1)
@@ -291,6 +292,26 @@ def test_a_v2_cluster_hands_a_round_that_needs_what_v2_does_not_carry_to_todays_
             if r["request_id"] == plain} == {plain: ("acked", 1)}
 
 
+def test_client_quotas_run_in_v2_a_request_over_the_quota_waits_and_is_served_with_its_throttle_time(
+        new_cluster, clock):
+    cluster = v2_cluster(new_cluster, clock, **{"quota.window.num": 2})
+    cluster.alter_client_quotas({"client-id": "app"}, set={"producer_byte_rate": 1000})
+    value = "x" * (1000 - RECORD_OVERHEAD_BYTES)  # 1000 bytes a record: the quota lets two through at once
+    sent = [cluster.produce("orders", [{"value": value, "partition": 0}], acks=1, client_id="app") for _ in range(3)]
+    report = cluster.run_round()
+    assert ran_v2(cluster) and report.throttled_requests == 1
+    statuses = lambda: [(r["status"], r["base_offset"], r["throttle_time_ms"]) for r in sorted(  # noqa: E731
+        cluster.produce_results().filter(F.col("request_id").isin(*sent)).collect(),
+        key=lambda r: sent.index(r["request_id"]))]
+    assert statuses() == [("acked", 0, 0), ("acked", 1, 0), ("throttled", None, None)]
+    waited = []
+    while report.throttled_requests:
+        clock.advance(500)
+        report = cluster.run_round()
+        assert ran_v2(cluster)
+        waited.append(clock.now_ms())
+    status, offset, throttle = statuses()[2]
+    assert (status, offset) == ("acked", 2) and throttle == waited[-1] - waited[0] + 500
 def test_retention_and_delete_records_run_in_v2_and_followers_take_the_leaders_log_start(new_cluster, clock):
     cluster = v2_cluster(new_cluster, clock, topic_config={"retention.ms": 1000},
                          **{"log.retention.check.interval.ms": 1000})
