@@ -196,7 +196,8 @@ def v1_reasons(storage: Storage, inputs: RoundInputs, carry: CarryV2 | None) -> 
     v2"); empty: v2 runs it, else today's round does (both keep the same tables). `inputs` with its
     versions fixed (round.with_input_versions). A reassignment, a reassignment asked (read only
     when commits to the admin table changed rows: a maintenance pass's change none), replication
-    throttles. (Elections and client quotas run in v2; elections and the followers' epoch checks in
+    throttles (KIP-73's leader and follower rates). (Elections, client quotas and a throttled
+    fetcher run in v2; elections and the followers' epoch checks in
     its controller wave: controller_wave.py.)"""
     reasons = [what for what, needed in (
         ("a partition reassignment", inputs.reassigning),
@@ -204,7 +205,7 @@ def v1_reasons(storage: Storage, inputs: RoundInputs, carry: CarryV2 | None) -> 
          and storage.rows_changed("admin", inputs.last_admin_version, inputs.admin_to_version)
          and storage.read_changes("admin", inputs.last_admin_version, inputs.admin_to_version)
          .filter(~F.col("kind").isin("delete_records", "elect_preferred")).limit(1).count()),
-        ("replication throttles", any(inputs.throttles.values()) or inputs.throttle_budgets)) if needed]
+        ("replication throttles (KIP-73)", inputs.throttle_budgets)) if needed]
     return reasons
 
 
@@ -315,6 +316,7 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
                        fetching_brokers=tuple(b for b in inputs.brokers if b not in down and b not in inputs.paused_brokers),
                        ineligible_brokers=tuple(sorted(down)),
                        partition_max_bytes=int(config["replica.fetch.max.bytes"]),
+                       fetcher_max_bytes=tuple((b, int(v)) for b, v in sorted(inputs.throttles.items()) if v),
                        response_max_bytes=int(config["replica.fetch.response.max.bytes"]),
                        restarted=inputs.restarted, paused_brokers=tuple(sorted(inputs.paused_brokers)),
                        broker_last_fetch_ms=_last_fetches(inputs),

@@ -56,6 +56,15 @@ def test_a_leader_that_is_down_and_not_yet_fenced_refuses_produce_and_moves_noth
     assert (out["high_watermark"], out["log_end_offset"], out["records_appended"]) == (10, [10, 10, 10], 0)
 
 
+def test_a_throttled_fetcher_takes_one_fetch_a_round_within_its_own_limit_and_the_hw_waits_for_it():
+    # three 100-byte batches; follower 2's fetcher is throttled to 50 bytes a partition: its fetch
+    # takes the first batch whole (KIP-74: a partition's first batch over the limit), its follow-up
+    # proves its LEO and carries nothing more; follower 1 takes all three
+    out = run([partition(0)], [request(r, 0, 1, 100, order=i) for i, r in enumerate("abc")],
+              fetcher_max_bytes=((2, 50),))[("t", 0)]
+    assert (out["log_end_offset"], out["high_watermark"], out["isr"]) == ([13, 13, 11], 11, [0, 1, 2])
+
+
 def test_the_response_limit_moves_partitions_that_returned_data_to_the_back_and_the_follow_up_takes_the_rest():
     # three partitions led by 0, one batch of 300 bytes each; a response holds 500 bytes. Partition 2
     # returned data in round 2, the others never, so it is at the back: the first response takes

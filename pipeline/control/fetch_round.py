@@ -59,6 +59,9 @@ class RoundContext:
     fetching_brokers: tuple[int, ...]
     ineligible_brokers: tuple[int, ...] = ()
     partition_max_bytes: int = 1_048_576  # replica.fetch.max.bytes
+    # (broker, its fetcher's partition limit) where it is lower: a slow follower
+    # (Cluster.throttle_fetcher: at most that many bytes of a partition a fetch, one record at least)
+    fetcher_max_bytes: tuple[tuple[int, int], ...] = ()
     response_max_bytes: int = 10_485_760  # replica.fetch.response.max.bytes
     restarted: bool = False
     paused_brokers: tuple[int, ...] = ()
@@ -351,7 +354,7 @@ def _respond(parts: _Partitions, appends: _Appends, fetched: np.ndarray, reads: 
     batch_at = appends.first_batch[rows][unit_fetch] + batch_skip[unit_fetch] + within - n_read[unit_fetch]
     unit_bytes = np.where(is_read, _take(reads.bytes, read_at, is_read, 0),
                           _take(appends.batch_bytes, batch_at, ~is_read, 0))
-    taken = batches_taken(request, np.full(len(rows), ctx.partition_max_bytes), unit_fetch, unit_bytes,
+    taken = batches_taken(request, _partition_limits(parts.brokers[rows, cols], ctx), unit_fetch, unit_bytes,
                           ctx.response_max_bytes)
     at = (rows[unit_fetch[taken]], cols[unit_fetch[taken]])
     np.add.at(read_taken, at, is_read[taken])
@@ -363,6 +366,15 @@ def _respond(parts: _Partitions, appends: _Appends, fetched: np.ndarray, reads: 
 def fetch_round(state: pa.Table, requests: pa.Table, ctx: RoundContext) -> pa.Table:
     """The bucket's partitions after the round (CONTROL_OUTPUT_SCHEMA)."""
     return fetch_round_and_sessions(state, requests, ctx)[0]
+
+
+def _partition_limits(brokers: np.ndarray, ctx: RoundContext) -> np.ndarray:
+    """The partition limit of each fetch by `brokers` (replica.fetch.max.bytes, a throttled
+    fetcher's own where it is lower)."""
+    limits = np.full(brokers.shape, ctx.partition_max_bytes, dtype=np.int64)
+    for broker, max_bytes in ctx.fetcher_max_bytes:
+        limits[brokers == broker] = min(max_bytes, ctx.partition_max_bytes)
+    return limits
 
 
 def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundContext
@@ -394,7 +406,7 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
     parts.arrays["log_start_offset"] = np.where(fetched, follower_log_start_offset(parts.arrays["log_start_offset"],
                                                                                   leader_lso),
                                                 parts.arrays["log_start_offset"])
-    max_bytes = ctx.partition_max_bytes
+    max_bytes = _partition_limits(parts.brokers, ctx)
     cache = parts.cache()
     cached = cache.session_id == session
     # KIP-227: an incremental request carries the partitions added to its session or altered; a
@@ -437,8 +449,10 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
     joined_again = parts.fetch(follow, leo_after, leo_new, hw, ctx)
     hw = parts.high_watermark_after(hw, leo_new, ctx)
     # (its response goes on where the first stopped: in what the follower read, or in the batches)
-    read_more, _, batch_more = _respond(parts, appends, follow, reads, readable, (read_first, batches_first), reach,
-                                        ctx)
+    # (a throttled fetcher's limit is per round: its follow-up proves its LEO and carries nothing)
+    slow = np.isin(parts.brokers, [broker for broker, _ in ctx.fetcher_max_bytes])
+    read_more, _, batch_more = _respond(parts, appends, follow & ~slow, reads, readable, (read_first, batches_first),
+                                        reach, ctx)
     more = read_more + batch_more
     read, from_batch = read_first + read_more, batch_records + batch_more
     leo_after = np.where(from_batch > 0, parts.leader_leo[:, None] + from_batch, reads.end_after(read, own_leo))
