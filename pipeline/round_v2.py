@@ -330,7 +330,7 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
         topic_checks = carry.topic_checks
     else:
         state_table_rows = storage.read("replica_state").count()  # (before this round appends to it)
-        topics = _topic_config(round_v1._partition_meta(storage, config) if wave is None else wave.meta)
+        topics = _topic_config(_partition_meta(storage, config) if wave is None else wave.meta)
         state = partition_state_from_tables(topics, storage.replica_state() if wave is None else wave.replica_rows,
                                             fetchers)
         pending = _pending_results(storage, inputs.last_pending_requests).localCheckpoint()
