@@ -3,6 +3,7 @@ by side early).
 
     .venv/bin/python jobs/bench_round_v2.py [--partitions 100] [--records 1000] [--rounds 8] [--fetchers 2]
     .venv/bin/python jobs/bench_round_v2.py --clusters [--partitions 100] [--rounds 8]  # Cluster.run_round, v1 and v2
+    .venv/bin/python jobs/bench_round_v2.py --failover [--partitions 100] [--rounds 3]  # elections, v1 and v2
 
 One cluster (3 brokers, RF 3, one topic of `--partitions`). Before every round one acks=all
 produce request of `--records` 100-byte records in random partitions; then, interleaved on the same
@@ -207,6 +208,63 @@ def clusters(spark, root: str, partitions: int, records: int, rounds: int) -> di
             "v1_rounds_s": seconds["v1"], "v2_rounds_s": seconds["v2"], "hw_sum": committed, "results_acked": acked}
 
 
+def failover(spark, root: str, partitions: int, records: int, rounds: int) -> dict:
+    """Two clusters, replication.round v1 and v2, the same steps on both, each step's round
+    interleaved (the first of each pair alternating), `rounds` times over: a leader stopped with
+    records only it holds (its followers paused), the round that fences it and elects (the
+    controller's elections), the followers' next round, its restart (unfenced), and the round in
+    which it checks its log against the new leader epoch and truncates what diverged. The seconds
+    of each kind of round, and the Spark jobs."""
+    made = {}
+    for version in ("v1", "v2"):
+        clock = ManualClock(start_ms=0)
+        cluster = Cluster.create(spark, os.path.join(root, version), brokers=3, clock=clock,
+                                 config={"replication.round": version})
+        cluster.create_topic("bench", partitions=partitions, replication_factor=3)
+        cluster.run_round()
+        made[version] = (clock, cluster)
+    rng = random.Random(7)
+    kinds = ("election", "after election", "restart and truncation")
+    seconds = {v: {k: [] for k in kinds} for v in made}
+    jobs_of = {v: {k: [] for k in kinds} for v in made}
+
+    def step(i: int, kind: str, before, advance_ms: int) -> None:
+        for version in (("v1", "v2") if i % 2 == 0 else ("v2", "v1")):
+            clock, cluster = made[version]
+            before(cluster)
+            clock.advance(advance_ms)
+            with JobCounter(spark) as jobs:
+                started = time.perf_counter()
+                cluster.run_round()
+                seconds[version][kind].append(time.perf_counter() - started)
+            jobs_of[version][kind].append(jobs.jobs)
+
+    for i in range(rounds):
+        leader = made["v1"][1].describe("bench").filter(F.col("partition") == 0).first()["leader"]
+        others = [b for b in range(3) if b != leader]
+        batch = [{"value": "v" * 100, "partition": rng.randrange(partitions)} for _ in range(records)]
+        for version, (clock, cluster) in made.items():
+            for b in others:
+                cluster.pause_fetcher(b)
+            cluster.produce("bench", batch, acks=1)  # only the leaders of broker `leader` keep theirs
+            clock.advance(100)
+            cluster.run_round()
+            cluster.stop_broker(leader)
+            for b in others:
+                cluster.resume_fetcher(b)
+        step(i, "election", lambda c: None, 9500)
+        step(i, "after election", lambda c: c.produce("bench", batch, acks="all"), 100)
+        step(i, "restart and truncation", lambda c: c.start_broker(leader), 100)
+        for _, cluster in made.values():
+            cluster.run_round()
+    logs = {version: sorted(cluster.read("bench", replica=b, isolation="read_uncommitted").count() for b in range(3))
+            for version, (_, cluster) in made.items()}
+    return {"kinds": kinds,
+            "median_s": {v: {k: statistics.median(xs) for k, xs in by.items()} for v, by in seconds.items()},
+            "jobs_median": {v: {k: statistics.median(xs) for k, xs in by.items()} for v, by in jobs_of.items()},
+            "rounds_s": seconds, "log_rows": logs}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=100)
@@ -218,11 +276,16 @@ def main() -> None:
                         help="instead: one bulk produce of RECORDS replicated by one v2 round against a raw append")
     parser.add_argument("--clusters", action="store_true",
                         help="instead: two clusters, replication.round v1 and v2, rounds interleaved")
+    parser.add_argument("--failover", action="store_true",
+                        help="instead: two clusters, v1 and v2, a leader's crash, election, restart and truncation")
     args = parser.parse_args()
     spark = get_spark(app_name="replog-bench-control", extra={"spark.sql.shuffle.partitions": "2"})
     scratch = tempfile.mkdtemp(prefix="replog-bench-round-v2-")
     try:
-        if args.clusters:
+        if args.failover:
+            result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Spark {spark.version}",
+                      "args": vars(args), **failover(spark, scratch, args.partitions, args.records, args.rounds)}
+        elif args.clusters:
             result = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Spark {spark.version}",
                       "args": vars(args), **clusters(spark, scratch, args.partitions, args.records, args.rounds)}
         elif args.throughput:
@@ -237,7 +300,14 @@ def main() -> None:
                               args.fetchers)}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    if args.clusters:
+    if args.failover:
+        for kind in result["kinds"]:
+            v1, v2 = result["median_s"]["v1"][kind], result["median_s"]["v2"][kind]
+            print(f"P = {args.partitions}, {kind} round: v1 {v1:.2f} s ({result['jobs_median']['v1'][kind]:.0f} jobs), "
+                  f"v2 {v2:.2f} s ({result['jobs_median']['v2'][kind]:.0f} jobs), {v2 / v1:.2f}x")
+        print(f"log rows per replica: {result['log_rows']}")
+        out = args.out or f"benchmarks/round_v2_failover_p{args.partitions}.json"
+    elif args.clusters:
         print(f"P = {args.partitions}, {args.records} records a round, Cluster.run_round: v1 "
               f"{result['v1_round_median_s']:.2f} s ({result['v1_jobs_median']:.0f} jobs), v2 "
               f"{result['v2_round_median_s']:.2f} s ({result['v2_jobs_median']:.0f} jobs), "

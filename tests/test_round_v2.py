@@ -275,13 +275,13 @@ def test_idempotent_producers_run_in_v2_retries_answered_with_their_offsets_and_
 
 def test_a_v2_cluster_hands_a_round_that_needs_what_v2_does_not_carry_to_todays_round(new_cluster, clock):
     cluster = v2_cluster(new_cluster, clock)
-    cluster.throttle_fetcher(2, 100)
+    cluster.alter_configs("brokers", set={"follower.replication.throttled.rate": 1000})  # KIP-73
     cluster.produce("orders", [{"value": "z", "partition": 1}], acks=1)
     clock.advance(100)
     cluster.run_round()
-    assert cluster.v1_reasons == ["replication throttles"]
-    # the next round, with the throttle lifted, is v2's again, from the tables today's round left
-    cluster.throttle_fetcher(2, None)
+    assert cluster.v1_reasons == ["replication throttles (KIP-73)"]
+    # the next round, with the rate removed, is v2's again, from the tables today's round left
+    cluster.alter_configs("brokers", delete=["follower.replication.throttled.rate"])
     clock.advance(100)
     cluster.run_round()
     plain = cluster.produce("orders", [{"value": "y", "partition": 1}], acks=1)
