@@ -169,10 +169,9 @@ def throughput(spark, root: str, partitions: int, records: int, fetchers: int) -
             "hw_sum": state.agg(F.sum("high_watermark")).first()[0]}
 
 
-def clusters(spark, root: str, partitions: int, records: int, rounds: int) -> dict:
-    """Two clusters, replication.round v1 and v2, the same records produced to both before each
-    round, their `Cluster.run_round` interleaved (the first of each pair alternating): the whole
-    round as users run it, the rounds row and the sessions' figures included."""
+def _v1_and_v2(spark, root: str, partitions: int) -> dict:
+    """version -> (its clock, a cluster of 3 brokers with replication.round that version, a topic
+    "bench" of `partitions` partitions at RF 3, after its first round)."""
     made = {}
     for version in ("v1", "v2"):
         clock = ManualClock(start_ms=0)
@@ -181,6 +180,14 @@ def clusters(spark, root: str, partitions: int, records: int, rounds: int) -> di
         cluster.create_topic("bench", partitions=partitions, replication_factor=3)
         cluster.run_round()
         made[version] = (clock, cluster)
+    return made
+
+
+def clusters(spark, root: str, partitions: int, records: int, rounds: int) -> dict:
+    """Two clusters, replication.round v1 and v2, the same records produced to both before each
+    round, their `Cluster.run_round` interleaved (the first of each pair alternating): the whole
+    round as users run it, the rounds row and the sessions' figures included."""
+    made = _v1_and_v2(spark, root, partitions)
     rng = random.Random(7)
     seconds = {"v1": [], "v2": []}
     jobs_of = {"v1": [], "v2": []}
@@ -215,14 +222,7 @@ def failover(spark, root: str, partitions: int, records: int, rounds: int) -> di
     controller's elections), the followers' next round, its restart (unfenced), and the round in
     which it checks its log against the new leader epoch and truncates what diverged. The seconds
     of each kind of round, and the Spark jobs."""
-    made = {}
-    for version in ("v1", "v2"):
-        clock = ManualClock(start_ms=0)
-        cluster = Cluster.create(spark, os.path.join(root, version), brokers=3, clock=clock,
-                                 config={"replication.round": version})
-        cluster.create_topic("bench", partitions=partitions, replication_factor=3)
-        cluster.run_round()
-        made[version] = (clock, cluster)
+    made = _v1_and_v2(spark, root, partitions)
     rng = random.Random(7)
     kinds = ("election", "after election", "restart and truncation")
     seconds = {v: {k: [] for k in kinds} for v in made}
