@@ -29,8 +29,8 @@ from pipeline.config import (CLUSTER_KEYS, LONG_MAX, TOPIC_KEYS, to_json, valida
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.produce import check_client, is_bulk, parse_acks, record_rows, records_frame
 from pipeline.replication import record_size
-from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round, with_input_versions
-from pipeline.round_v2 import CarryV2, run_round_v2, v1_reasons
+from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round
+from pipeline.round_v2 import CarryV2, run_round_v2
 from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLIENT_QUOTAS_SCHEMA, CLUSTER_SCHEMA, GROUP_OFFSETS_SCHEMA, INBOX_SCHEMA,
                               LEASE_SCHEMA, LOG_SCHEMA, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
 from pipeline.spark import COMPILED_EXPRESSIONS, apply_settings, settings_restored
@@ -96,8 +96,6 @@ class Cluster:
         self._fetch_throttles: dict[str, int] = {}  # consumer id -> its last fetch's throttle time
         self._last_clean_ms: int | None = None  # the log cleaner's last pass (compact_if_due)
         self._last_maintenance_ms: int | None = None  # the last maintain() pass (maintain_if_due)
-        # replication.round=v2: what made the last active round today's (round_v2.v1_reasons; empty: v2 ran it)
-        self.v1_reasons: list[str] = []
         self._carry: Carry | CarryV2 | None = None  # the last round's state, pinned (round.Carry, round_v2.CarryV2)
         self._restarted = False  # set by open(): the next round is this process's first
         self._config_version = storage.version("cluster")  # alter_configs(brokers) changes it
@@ -523,15 +521,10 @@ class Cluster:
         return report
 
     def _round(self, inputs: RoundInputs) -> tuple[RoundReport, Any]:
-        """An active round. With `replication.round=v2`, the v2 round runs it unless it needs
-        what v2 does not carry yet (round_v2.v1_reasons); then today's round does, on the same
-        tables. Each keeps a carry of its own, and starts from the tables after the other ran."""
+        """An active round: the v2 round (`replication.round=v2`, the default), or today's."""
         if self.config["replication.round"] == "v2":
-            inputs = with_input_versions(self.storage, inputs)
-            carry = self._carry if isinstance(self._carry, CarryV2) else None
-            self.v1_reasons = v1_reasons(self.storage, inputs, carry)
-            if not self.v1_reasons:
-                return run_round_v2(self.spark, self.storage, inputs, carry)
+            return run_round_v2(self.spark, self.storage, inputs, self._carry if isinstance(self._carry, CarryV2)
+                                else None)
         return run_round(self.spark, self.storage, inputs, self._carry if isinstance(self._carry, Carry) else None)
 
     def _check_logs(self) -> None:

@@ -247,7 +247,8 @@ def partition_gauges(out: pa.Table, ctx: RoundContext) -> dict:
 def _bucket_rules(ctx: RoundContext, figures: Accumulator, state: pa.Table, requests: pa.Table) -> pa.Table:
     out, sessions = fetch_round_and_sessions(state, requests, ctx)
     figures.add({**_bucket_figures(out, ctx), "followed_up_sessions": set(sessions.followed_up),
-                 "session_partitions_added": sessions.added, "log_start_brokers": set(sessions.log_start_brokers)})
+                 "session_partitions_added": sessions.added, "log_start_brokers": set(sessions.log_start_brokers),
+                 "throttled_bytes": sessions.throttled_bytes})
     return out
 
 
@@ -262,15 +263,20 @@ def run_control_job(state_df: DataFrame, summary_df: DataFrame, ctx: RoundContex
     lagging followers read), the rounds row's counts and gauges, the fetch sessions whose fetcher
     sent a follow-up (`followed_up_sessions`), the partitions each incremental request added to
     its session (`session_partitions_added`: session id -> partitions), and the brokers whose
-    replicas' log start offsets moved (`log_start_brokers`)."""
+    replicas' log start offsets moved (`log_start_brokers`), and the bytes each throttled broker
+    drew on its replication quota (`throttled_bytes`: ("leader" | "follower", broker) -> bytes)."""
     figures = state_df.sparkSession.sparkContext.accumulator({}, _Figures())
     requests = summary_df.select(*REQUEST_SUMMARY_SCHEMA.fieldNames())
-    control = (state_df.groupBy("bucket").cogroup(requests.groupBy("bucket"))
+    # (replication quotas are a broker's over all its partitions: the buckets then run in one task)
+    task = "bucket"
+    if ctx.throttled:
+        task, state_df, requests = "_task", state_df.withColumn("_task", F.lit(0)), requests.withColumn("_task", F.lit(0))
+    control = (state_df.groupBy(task).cogroup(requests.groupBy(task))
                .applyInArrow(partial(_bucket_rules, ctx, figures), CONTROL_OUTPUT_SCHEMA)
                .localCheckpoint())
     totals = {name: 0 for name in _COUNTS}
     totals.update(max_lag=0, brokers=set(), lagging_leaders=set(), followed_up_sessions=set(),
-                  session_partitions_added={}, log_start_brokers=set())
+                  session_partitions_added={}, log_start_brokers=set(), throttled_bytes={})
     totals.update(figures.value)
     return control, totals
 

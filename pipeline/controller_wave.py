@@ -15,12 +15,18 @@ next iteration before fetching any record, and so does the wave, within the roun
 fetching follower has a log that is a prefix of its leader's. Followers that do not fetch this
 round (paused, stopped, refused a session) keep their old validated epoch and check when they fetch.
 
-The wave's commits come first in the round: each follower's diverging suffix, then the partitions
-the controller changed (before any HW they allow) with its election rows."""
+Reassignments (KIP-455) start and complete in the wave too: a replica a reassignment adds starts
+with an empty log at the partition's log start offset and fetches as a follower, out of the ISR
+until it catches up (the control job expands the ISR as for any follower); one it drops loses its
+log and its replica row.
+
+The wave's commits come first in the round: each follower's diverging suffix and the logs of
+replicas a reassignment adds or drops, then the partitions the controller changed (before any HW
+they allow) with its election rows, then the dropped replicas' rows."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
@@ -33,7 +39,7 @@ from pipeline.round import RoundInputs
 from pipeline.schemas import PARTITION_KEY, PARTITIONS_SCHEMA, REPLICA_KEY, REPLICA_STATE_SCHEMA
 from pipeline.storage import Storage
 
-__all__ = ["ControllerWave", "controller_wave", "unvalidated_brokers", "preferred_elections_asked"]
+__all__ = ["ControllerWave", "controller_wave", "unvalidated_brokers", "controller_requests_asked"]
 
 # rounds of epoch checks within one round before giving up on a follower (each asks for an older
 # epoch of the follower's own log, so a log with fewer epochs than this is always done)
@@ -47,13 +53,15 @@ class ControllerWave:
     and truncations (REPLICA_STATE_SCHEMA, round_id the round's, pinned), the partitions whose
     replica rows the wave changed (the round persists them even if its control job does not change
     them again), the partitions with a new leader (their pending acks=all requests fail) and the
-    brokers whose replicas still have an epoch to validate."""
+    brokers whose replicas still have an epoch to validate; and per fetch session the partitions
+    a reassignment took out of it (their replica left the follower's broker)."""
 
     meta: DataFrame
     replica_rows: DataFrame
     touched: DataFrame
     new_leaders: DataFrame | None
     unvalidated: frozenset[int]
+    sessions_removed: dict = field(default_factory=dict)
 
 
 def _unvalidated(rows: DataFrame) -> DataFrame:
@@ -70,12 +78,15 @@ def unvalidated_brokers(state: DataFrame, partitions: DataFrame) -> frozenset[in
     return frozenset(r["broker"] for r in _unvalidated(rows).select("broker").distinct().collect())
 
 
-def preferred_elections_asked(storage: Storage, inputs: RoundInputs) -> bool:
-    """Whether the round's new admin requests ask for a preferred leader election."""
+def controller_requests_asked(storage: Storage, inputs: RoundInputs) -> bool:
+    """Whether the round's new admin requests ask the controller for something: a preferred leader
+    election or a reassignment (read only when commits to the admin table changed rows: a
+    maintenance pass's change none)."""
     if not (inputs.admin_to_version > inputs.last_admin_version
             and storage.rows_changed("admin", inputs.last_admin_version, inputs.admin_to_version)):
         return False
-    return round_v1._admin_requests(storage, inputs, "elect_preferred") is not None
+    return bool(storage.read_changes("admin", inputs.last_admin_version, inputs.admin_to_version)
+                .filter(F.col("kind").isin("elect_preferred", "reassign")).limit(1).count())
 
 
 def controller_wave(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> ControllerWave:
@@ -98,8 +109,12 @@ def controller_wave(spark: SparkSession, storage: Storage, inputs: RoundInputs) 
         checked = done if checked is None else checked.unionByName(done)
 
     round_id = inputs.round_id
+    if step.dropped is not None:  # a reassignment empties the logs of the replicas it drops and adds
+        truncations.append(step.dropped.select("broker", *PARTITION_KEY).unionByName(
+            step.added.select("broker", *PARTITION_KEY)).withColumn("truncate_to", F.lit(0).cast("long")))
     if truncations:  # a follower's diverging suffix goes before anything is appended to its log
-        ends = reduce(DataFrame.unionByName, truncations).groupBy("broker", *PARTITION_KEY).agg(
+        ends = reduce(DataFrame.unionByName, [t.select("broker", *PARTITION_KEY, "truncate_to")
+                                              for t in truncations]).groupBy("broker", *PARTITION_KEY).agg(
             F.min("truncate_to").alias("truncate_to")).localCheckpoint()
         for r in ends.select("broker").distinct().collect():  # (O(brokers))
             if storage.path_exists(f"{storage.log_path(r['broker'])}/_delta_log"):  # (a lost log restarts empty)
@@ -111,6 +126,11 @@ def controller_wave(spark: SparkSession, storage: Storage, inputs: RoundInputs) 
         storage.append_all([(step.elections, storage.path("elections"))], round_id)
         new_leaders = (step.elections.filter(F.col("leader") != F.col("previous_leader"))
                        .select(*PARTITION_KEY).distinct().localCheckpoint())
+    removed = {}
+    if step.dropped is not None:  # the rows of the replicas a reassignment dropped go, after the partitions
+        storage.delete_replicas(step.dropped.select(*REPLICA_KEY), round_id)
+        removed = {r["session_id"]: r["count"] for r in step.dropped.filter(F.col("session_id") != 0)
+                   .groupBy("session_id").count().collect()}  # (O(sessions))
     touched = [d for d in (checked, None if step.state_changed is None else step.state_changed.select(*PARTITION_KEY))
                if d is not None]
     rows = replicas.select(*[F.lit(round_id).cast("long").alias(f.name) if f.name == "round_id" else F.col(f.name)
@@ -119,4 +139,4 @@ def controller_wave(spark: SparkSession, storage: Storage, inputs: RoundInputs) 
     return ControllerWave(
         meta=meta_df, replica_rows=rows,
         touched=reduce(DataFrame.unionByName, touched).distinct().localCheckpoint() if touched else empty,
-        new_leaders=new_leaders, unvalidated=unvalidated_brokers(rows, meta_df))
+        new_leaders=new_leaders, unvalidated=unvalidated_brokers(rows, meta_df), sessions_removed=removed)

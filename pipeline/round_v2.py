@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from functools import reduce
 from typing import Callable
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline.control.fetch_round import RoundContext
@@ -21,7 +21,7 @@ from pipeline import fetch_session as sessions
 from pipeline import round as round_v1
 from pipeline import acks as acks_rules
 from pipeline.acks import STATUS_PENDING
-from pipeline.controller_wave import ControllerWave, controller_wave, preferred_elections_asked, unvalidated_brokers
+from pipeline.controller_wave import ControllerWave, controller_requests_asked, controller_wave, unvalidated_brokers
 from pipeline.producer_state import batches_in_leader_log
 from pipeline.control_job import (partition_state_from_tables, pending_requests, produce_results, producer_checks,
                                   run_control_job, summarise_inbox, with_producer_checks)
@@ -33,7 +33,7 @@ from pipeline.schemas import (LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PARTITIONS_S
                               RESULTS_SCHEMA, ROUNDS_SCHEMA)
 from pipeline.storage import Storage, is_concurrent_conflict
 
-__all__ = ["RoundTables", "ActiveRound", "run_active_round", "CarryV2", "v1_reasons", "run_round_v2"]
+__all__ = ["RoundTables", "ActiveRound", "run_active_round", "CarryV2", "run_round_v2"]
 
 # append_all([(df, path), ...]): one commit each, at once (Storage.append_all)
 Appender = Callable[[list[tuple[DataFrame, str]]], None]
@@ -189,24 +189,8 @@ class CarryV2:
     unvalidated: frozenset[int] = frozenset()
     # produce requests waiting for their client's quota (round.QuotaStep.deferred), None: none
     deferred: DataFrame | None = None
-
-
-def v1_reasons(storage: Storage, inputs: RoundInputs, carry: CarryV2 | None) -> list[str]:
-    """What this round needs that the v2 round does not carry yet (docs/design.md, "Not yet in
-    v2"); empty: v2 runs it, else today's round does (both keep the same tables). `inputs` with its
-    versions fixed (round.with_input_versions). A reassignment, a reassignment asked (read only
-    when commits to the admin table changed rows: a maintenance pass's change none), replication
-    throttles (KIP-73's leader and follower rates). (Elections, client quotas and a throttled
-    fetcher run in v2; elections and the followers' epoch checks in
-    its controller wave: controller_wave.py.)"""
-    reasons = [what for what, needed in (
-        ("a partition reassignment", inputs.reassigning),
-        ("a partition reassignment asked", inputs.admin_to_version > inputs.last_admin_version
-         and storage.rows_changed("admin", inputs.last_admin_version, inputs.admin_to_version)
-         and storage.read_changes("admin", inputs.last_admin_version, inputs.admin_to_version)
-         .filter(~F.col("kind").isin("delete_records", "elect_preferred")).limit(1).count()),
-        ("replication throttles (KIP-73)", inputs.throttle_budgets)) if needed]
-    return reasons
+    # the round expanded an ISR: a reassignment in progress may complete (controller_wave.py)
+    isr_expanded: bool = False
 
 
 def _has_idempotent_rows(storage: Storage, inputs: RoundInputs) -> bool:
@@ -230,7 +214,8 @@ def _sequences(storage: Storage, inbox: DataFrame, state: DataFrame, topic_check
 
 
 # what a round checks per topic (its effective config): records, and retention when it is due
-_TOPIC_CHECKS = ("topic", "message_max_bytes", "compact", "retention_ms", "retention_bytes")
+_TOPIC_CHECKS = ("topic", "message_max_bytes", "compact", "retention_ms", "retention_bytes",
+                 "leader_throttled_replicas", "follower_throttled_replicas")
 
 
 def _retention_leaders(state: DataFrame, topic_checks: DataFrame, down: set[int]) -> DataFrame:
@@ -283,8 +268,13 @@ def _log_starts_of(rows: DataFrame, broker: int) -> DataFrame:
             .filter(F.col("log_start_offset") > 0))
 
 
+# what a round's ISR change writes of a partitions row: not its reassignment (the controller's)
+_ISR_COLUMNS = [f.name for f in PARTITIONS_SCHEMA.fields if f.name not in ("adding_replicas", "removing_replicas")]
+
+
 def _partition_rows(rows: DataFrame) -> DataFrame:
-    """partitions rows (the controller's metadata) of the partition rows `rows` (with round_id)."""
+    """partitions rows (the controller's metadata) of the partition rows `rows` (with round_id),
+    without their reassignment: the round writes them with _ISR_COLUMNS only."""
     none = F.array().cast("array<int>")
     return rows.select(*[(none.alias(f.name) if f.name in ("adding_replicas", "removing_replicas")
                           else F.col(f.name).cast(f.dataType).alias(f.name)) for f in PARTITIONS_SCHEMA.fields])
@@ -321,7 +311,8 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
                        restarted=inputs.restarted, paused_brokers=tuple(sorted(inputs.paused_brokers)),
                        broker_last_fetch_ms=_last_fetches(inputs),
                        fetch_contexts=tuple((int(c.fetcher[len(sessions.REPLICA_FETCHER_PREFIX):]), c.leader, c.kind,
-                                             c.session_id) for c in inputs.contexts))
+                                             c.session_id) for c in inputs.contexts),
+                       **_replication_budgets(inputs))
     wave, unvalidated = _controller_wave_if_due(spark, storage, inputs, carry, ctx)
     if wave is not None:  # (its commits are the round's own: the versions after them are the ones read)
         carry, seen = None, table_versions(storage)
@@ -357,7 +348,8 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
         round_id = inputs.round_id
         if figures["isr_changes"]:  # the ISR before the HW it allows (DESIGN.md: persisted before they take effect)
             storage.upsert(_partition_rows(rows.filter((F.col("isr_shrinks") + F.col("isr_expands") > 0)
-                                                       & F.col("is_known"))), "partitions", PARTITION_KEY, round_id)
+                                                       & F.col("is_known"))), "partitions", PARTITION_KEY, round_id,
+                           columns=_ISR_COLUMNS)
         results = produce_results(rows)
         carried = pending.select(*REQUEST_KEY)
         written = results.filter(F.col("status") != STATUS_PENDING).unionByName(
@@ -385,18 +377,25 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
                      results=int(bool(figures["results"] or failed is not None
                                       or quota.waiting_results is not None)))
 
-    active = run_active_round(state, inbox, pending, ctx, fetchers, tables,
+    active = run_active_round(_with_throttle_listing(state, topic_checks) if ctx.throttled else state,
+                              inbox, pending, ctx, fetchers, tables,
                               lambda appends: storage.append_all(appends, inputs.round_id),
                               commit_outputs=commit_outputs, topic_checks=topic_checks,
                               lagging_leaders=carry.lagging_leaders if carry is not None else None,
                               sequences=sequences, log_starts=log_starts)
     figures = active.figures
     added = figures["session_partitions_added"]
-    after = [replace(s, size=s.size + added.get(s.session_id, 0)) for s in inputs.sessions_after]
+    # (KIP-227: an incremental request adds partitions new to its session, and forgets those whose
+    # replica a reassignment took off the follower)
+    removed = wave.sessions_removed if wave is not None else {}
+    incremental = {c.session_id for c in inputs.contexts if c.kind == "incremental"}
+    after = [replace(s, size=s.size + added.get(s.session_id, 0)
+                     - (removed.get(s.session_id, 0) if s.session_id in incremental else 0))
+             for s in inputs.sessions_after]
     after, handles = sessions.follow_up(after, inputs.handles_after, figures["followed_up_sessions"])
     report = RoundReport(
         round_id=inputs.round_id, now_ms=inputs.now_ms, inbox_version=inbox_version,
-        admin_version=admin_version,  # (v1_reasons: no admin rows but delete_records since the last round's)
+        admin_version=admin_version,
         retention_checked_ms=inputs.now_ms if inputs.retention_due else inputs.last_retention_check_ms,
         fetch_request_partitions=figures["fetch_request_partitions"],
         fetch_response_partitions=figures["fetch_response_partitions"],
@@ -407,7 +406,7 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
             "offline_partitions", "max_lag", "pending_requests")},
         duration_ms=int((time.perf_counter() - started) * 1000), batch_id=inputs.batch_id,
         **_session_figures(inputs, after, handles), throttled_requests=quota.waiting,
-        client_quota_bytes=quota.recorded)
+        client_quota_bytes=quota.recorded, throttled_bytes=figures["throttled_bytes"])
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds",
                          inputs.round_id)
     table_rows = state_table_rows + figures["changed_replicas"]
@@ -417,20 +416,45 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
         wrote["replica_state"] = wrote.get("replica_state", 0) + 1
     versions = tuple(v + wrote.get(table, 0) for table, v in zip(CARRIED_TABLES, seen))
     return report, CarryV2(versions, active.state, active.pending, set(figures["lagging_leaders"]), table_rows,
-                           topic_checks, unvalidated, quota.deferred)
+                           topic_checks, unvalidated, quota.deferred, bool(figures["isr_expands"]))
+
+
+def _replication_budgets(inputs: RoundInputs) -> dict[str, tuple[tuple[int, int], ...]]:
+    """RoundContext's leader_budgets and follower_budgets of the round's KIP-73 budgets."""
+    return {f"{side}_budgets": tuple(sorted((broker, int(n)) for (s, broker), n in inputs.throttle_budgets.items()
+                                            if s == side)) for side in ("leader", "follower")}
+
+
+def _with_throttle_listing(state: DataFrame, topic_checks: DataFrame) -> DataFrame:
+    """The partition state with each replica's replication throttles (KIP-73): whether its
+    topic's `leader.replication.throttled.replicas` and `follower.replication.throttled.replicas`
+    name it (`*`, or `partition:broker` in a comma-separated list)."""
+    lists = topic_checks.select("topic", "leader_throttled_replicas", "follower_throttled_replicas")
+
+    def listed(column: str) -> Column:
+        return F.transform("replicas", lambda broker: F.coalesce(
+            (F.col(column) == "*") | F.array_contains(F.split(F.col(column), ","), F.concat_ws(
+                ":", F.col("partition").cast("string"), broker.cast("string"))), F.lit(False)))
+    return (state.join(F.broadcast(lists), on="topic", how="left")
+            .withColumns({"leader_throttle_listed": listed("leader_throttled_replicas"),
+                          "follower_throttle_listed": listed("follower_throttled_replicas")})
+            .drop("leader_throttled_replicas", "follower_throttled_replicas"))
 
 
 def _controller_wave_if_due(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry: CarryV2 | None,
                             ctx: RoundContext) -> tuple[ControllerWave | None, frozenset[int]]:
     """The controller's wave (controller_wave.py) when the round has one: a broker to fence or
-    unfence, a preferred leader election asked, or a follower fetching this round that has not
+    unfence, a preferred leader election or a reassignment asked, a reassignment in progress that
+    may complete (the last round expanded an ISR), or a follower fetching this round that has not
     validated its leader's epoch. Also the brokers with such followers before the round (from the
     carry, else one Spark job)."""
     decisions = inputs.controller or {}
+    if decisions.get("fence") or decisions.get("unfence") or controller_requests_asked(storage, inputs) \
+            or (inputs.reassigning and (carry is None or carry.isr_expanded)):
+        return controller_wave(spark, storage, inputs), frozenset()
     unvalidated = carry.unvalidated if carry is not None else \
         unvalidated_brokers(storage.replica_state(), storage.read("partitions"))
-    if (decisions.get("fence") or decisions.get("unfence") or set(unvalidated) & set(ctx.fetching_brokers)
-            or preferred_elections_asked(storage, inputs)):
+    if set(unvalidated) & set(ctx.fetching_brokers):
         return controller_wave(spark, storage, inputs), unvalidated
     return None, unvalidated
 

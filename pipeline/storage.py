@@ -478,13 +478,16 @@ class Storage:
                 unwritable_error(path):
             yield
 
-    def upsert(self, df: DataFrame, table: str, keys: list[str], round_id: int | None = None) -> None:
-        """MERGE rows by key: update all columns when matched, insert otherwise."""
+    def upsert(self, df: DataFrame, table: str, keys: list[str], round_id: int | None = None,
+               columns: list[str] | None = None) -> None:
+        """MERGE rows by key: update all columns (or only `columns`) when matched, insert otherwise."""
         condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
         target = DeltaTable.forPath(self.spark, self.path(table))
         with self._tagged(round_id, self.path(table)):
-            (target.alias("t").merge(df.alias("s"), condition)
-             .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+            merge = target.alias("t").merge(df.alias("s"), condition)
+            merge = merge.whenMatchedUpdateAll() if columns is None else \
+                merge.whenMatchedUpdate(set={f"`{c}`": f"s.`{c}`" for c in columns})
+            merge.whenNotMatchedInsertAll().execute()
 
     def update_if(self, df: DataFrame, table: str, keys: list[str], only_if: str, insert: bool = False) -> int:
         """MERGE rows by key, updating a matched row only when `only_if` (SQL on t = the table's

@@ -25,7 +25,8 @@ NOTHING = {"records_appended": 0, "records_replicated": 0, "results": 0, "reques
            "isr_changes": 0, "lagging_leaders": set(), "under_replicated_partitions": 0,
            "under_min_isr_partitions": 0, "at_min_isr_partitions": 0, "offline_partitions": 0, "max_lag": 0,
            "fetch_request_partitions": 0, "fetch_response_partitions": 0, "followed_up_sessions": set(),
-           "session_partitions_added": {}, "replicas": 0, "changed_replicas": 0, "log_start_brokers": set()}
+           "session_partitions_added": {}, "replicas": 0, "changed_replicas": 0, "log_start_brokers": set(),
+           "throttled_bytes": {}}
 
 
 def partition(topic="t", p=0, leader=0, isr=(0, 1, 2), hw=10, leo=(10, 10, 10), caught_up_ms=0, min_isr=2,

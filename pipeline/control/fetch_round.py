@@ -33,6 +33,7 @@ from pipeline.control.fetch_session import (NO_SESSION, UNKNOWN, CachedPartition
 from pipeline.control.leader_append import assign_base_offsets, produce_error
 from pipeline.control.log_start import follower_log_start_offset, maybe_increment_log_start_offset
 from pipeline.control.partition import maybe_expand_isr, maybe_increment_leader_hw, out_of_sync_replicas
+from pipeline.control.replication_quota import UNLIMITED, bytes_drawn, within_replication_quotas
 from pipeline.control.replica import (FetchState, effective_fetch_state, is_caught_up, reset_replica_state,
                                       update_fetch_state)
 from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REPLICA_ARRAYS, SESSION_ARRAYS, as_lists, padded
@@ -73,6 +74,17 @@ class RoundContext:
     # 'sessionless', 'incremental' or 'error' (the request is answered with an error and carries
     # nothing). Empty: every follower fetches in full without a session.
     fetch_contexts: tuple[tuple[int, int, str, int], ...] = ()
+    # replication quotas (KIP-73): (broker, the bytes it may move this round) of each leader and
+    # follower broker with a throttled rate (Cluster._throttle_budgets; absent: unlimited). The
+    # state then lists each replica's throttle (bool arrays `leader_throttle_listed` and
+    # `follower_throttle_listed`: its topic's throttled-replicas lists name it), and a broker's
+    # budget is shared by all its partitions: the control job runs them in one task
+    leader_budgets: tuple[tuple[int, int], ...] = ()
+    follower_budgets: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def throttled(self) -> bool:
+        return bool(self.leader_budgets or self.follower_budgets)
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,7 @@ class SessionFigures:
     followed_up: frozenset = frozenset()
     added: dict = field(default_factory=dict)  # session id -> partitions added
     log_start_brokers: frozenset = frozenset()
+    throttled_bytes: dict = field(default_factory=dict)  # ("leader" | "follower", broker) -> bytes drawn
 
 
 def _np(table: pa.Table, name: str) -> np.ndarray:
@@ -125,6 +138,21 @@ class _Partitions:
         leo = self.arrays["log_end_offset"]
         self.leader_leo = np.where(self.is_leader, leo, 0).sum(axis=1)
         self.serving = np.zeros(len(self.leader), dtype=bool)  # a leader that answers (set by the round)
+        # the fetcher (a bucket) of each partition: a follower's request to a leader is per fetcher
+        self.bucket = _np(state, "bucket").astype(np.int64) if state.num_rows else np.zeros(0, dtype=np.int64)
+        self.throttle_listed = {side: padded(state.column(f"{side}_throttle_listed"), width, False, bool)
+                                if f"{side}_throttle_listed" in state.column_names
+                                else np.zeros(self.brokers.shape, dtype=bool) for side in ("leader", "follower")}
+
+    def fetcher_requests(self) -> np.ndarray:
+        """Per replica, its fetcher's request to its leader (a dense id per fetcher and leader)."""
+        pair = _pair(self.brokers, self.leader[:, None])
+        if not pair.size:
+            return np.zeros(pair.shape, dtype=np.int64)
+        if (self.bucket == self.bucket[0]).all():  # (one fetcher: a request per leader)
+            return np.unique(pair, return_inverse=True)[1].reshape(pair.shape)
+        keys = np.stack([np.broadcast_to(self.bucket[:, None], pair.shape).ravel(), pair.ravel()])
+        return np.unique(keys, axis=1, return_inverse=True)[1].reshape(pair.shape)
 
     def move_log_start(self, state: pa.Table) -> None:
         """The leaders' log start offsets after the round's delete_records and retention
@@ -323,26 +351,63 @@ def _take(values: np.ndarray, at: np.ndarray, where: np.ndarray, otherwise: np.n
     return out
 
 
+class _Quotas:
+    """The round's replication budgets left (KIP-73; RoundContext.leader_budgets and
+    follower_budgets) and the bytes each throttled broker drew on its own."""
+
+    def __init__(self, ctx: RoundContext) -> None:
+        self.left = {"leader": dict(ctx.leader_budgets), "follower": dict(ctx.follower_budgets)}
+        self.drawn: dict[tuple[str, int], int] = {}
+
+    def _budget(self, side: str, brokers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each of `brokers` has a budget on `side`, and what it has left."""
+        keys = np.array(sorted(self.left[side]), dtype=np.int64)
+        if not len(keys):
+            return np.zeros(brokers.shape, dtype=bool), np.full(brokers.shape, UNLIMITED, dtype=np.int64)
+        values = np.array([self.left[side][k] for k in keys.tolist()], dtype=np.int64)
+        at = np.clip(np.searchsorted(keys, brokers), 0, len(keys) - 1)
+        has = keys[at] == brokers
+        return has, np.where(has, values[at], UNLIMITED)
+
+    def carried(self, parts: _Partitions, rows: np.ndarray, cols: np.ndarray, taken: np.ndarray,
+                unit_fetch: np.ndarray, unit_bytes: np.ndarray) -> np.ndarray:
+        """Which `taken` units of the fetches (rows, cols) the budgets let through, drawn on them."""
+        leader, broker = parts.leader[rows].astype(np.int64), parts.brokers[rows, cols].astype(np.int64)
+        out_of_sync = ~parts.in_isr[rows, cols]  # (a replica in the ISR is never throttled)
+        leader_col = np.argmax(parts.is_leader, axis=1)[rows]
+        (leader_has, leader_left), (follower_has, follower_left) = self._budget("leader", leader), \
+            self._budget("follower", broker)
+        throttled = (parts.throttle_listed["leader"][rows, leader_col] & out_of_sync & leader_has,
+                     parts.throttle_listed["follower"][rows, cols] & out_of_sync & follower_has)
+        carried = within_replication_quotas(taken, unit_fetch, unit_bytes, leader, broker, throttled,
+                                            (leader_left, follower_left))
+        for side, by, flags in (("leader", leader, throttled[0]), ("follower", broker, throttled[1])):
+            for owner, n in bytes_drawn(carried, unit_fetch, unit_bytes, by, flags).items():
+                self.left[side][owner] -= n
+                self.drawn[(side, owner)] = self.drawn.get((side, owner), 0) + n
+        return carried
+
+
 def _respond(parts: _Partitions, appends: _Appends, fetched: np.ndarray, reads: _Reads, readable: np.ndarray,
-             skip: tuple[np.ndarray, np.ndarray], reach: np.ndarray, ctx: RoundContext
+             skip: tuple[np.ndarray, np.ndarray], reach: np.ndarray, ctx: RoundContext, quotas: _Quotas | None
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One fetch's responses to the `fetched` followers (each pair of follower and leader one
     request), within the fetch limits: each partition's log from the follower's fetch offset, which
     is the `readable` records it read of the leader's log before the job after the first `skip[0]`,
     then, where those `reach` the leader's LEO before the round, this round's batches after the
-    first `skip[1]`. Returns the records read, the batches and the records of batches each
-    (partition, follower) received."""
+    first `skip[1]`; with `quotas`, within the replication budgets left. Returns the records read,
+    the batches and the records of batches each (partition, follower) received."""
     shape = fetched.shape
     read_taken, batches, records = (np.zeros(shape, dtype=np.int64) for _ in range(3))
     rows, cols = np.nonzero(fetched)
     if len(rows) == 0:
         return read_taken, batches, records
-    pair = _pair(parts.brokers[rows, cols], parts.leader[rows])
+    fetcher_request = parts.fetcher_requests()[rows, cols]
     # Kafka's fetcher moves partitions that returned data to the back: the request's order is the
     # last round each partition returned data, then the partition (rows are sorted by it)
-    order = np.lexsort((rows, parts.arrays["last_data_round"][rows, cols], pair))
-    rows, cols, pair = rows[order], cols[order], pair[order]
-    request = np.unique(pair, return_inverse=True)[1]
+    order = np.lexsort((rows, parts.arrays["last_data_round"][rows, cols], fetcher_request))
+    rows, cols = rows[order], cols[order]
+    request = np.unique(fetcher_request[order], return_inverse=True)[1]
     read_skip, batch_skip = skip[0][rows, cols], skip[1][rows, cols]
     n_read = np.maximum(readable[rows, cols] - read_skip, 0)
     n_batch = np.where(reach[rows, cols], np.maximum(appends.batches_of[rows] - batch_skip, 0), 0)
@@ -356,6 +421,8 @@ def _respond(parts: _Partitions, appends: _Appends, fetched: np.ndarray, reads: 
                           _take(appends.batch_bytes, batch_at, ~is_read, 0))
     taken = batches_taken(request, _partition_limits(parts.brokers[rows, cols], ctx), unit_fetch, unit_bytes,
                           ctx.response_max_bytes)
+    if quotas is not None:
+        taken = quotas.carried(parts, rows, cols, taken, unit_fetch, unit_bytes)
     at = (rows[unit_fetch[taken]], cols[unit_fetch[taken]])
     np.add.at(read_taken, at, is_read[taken])
     np.add.at(batches, at, ~is_read[taken])
@@ -425,8 +492,9 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
     reads = _Reads(state, fetched.shape)
     readable = np.where(lagging, reads.count, 0)
     reach = ~lagging | (reads.end_after(readable, zero) >= parts.leader_leo[:, None])
+    quotas = _Quotas(ctx) if ctx.throttled else None
     read_first, batches_first, batch_records = _respond(parts, appends, fetched, reads, readable, (zero, zero),
-                                                        reach, ctx)
+                                                        reach, ctx, quotas)
     first = read_first + batch_records
     leo_after = np.where(batch_records > 0, parts.leader_leo[:, None] + batch_records,
                          reads.end_after(read_first, own_leo))
@@ -441,8 +509,8 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
     parts.arrays["last_data_round"] = last_data_round
     # 3. the follow-up: every follower whose response carried records fetches again at once, in its
     # session an incremental request (the partitions whose fetch offset moved) and response
-    pair = _pair(parts.brokers, parts.leader[:, None])
-    follow = fetched & np.isin(pair, pair[got])
+    request = parts.fetcher_requests()
+    follow = fetched & np.isin(request, request[got])
     offered = parts.arrays["fetch_offset"]
     requested_again = follow & np.where(sessioned, request_carries(cache.session_id == session, leo_after, offered,
                                                                    max_bytes, cache.max_bytes), True)
@@ -452,7 +520,7 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
     # (a throttled fetcher's limit is per round: its follow-up proves its LEO and carries nothing)
     slow = np.isin(parts.brokers, [broker for broker, _ in ctx.fetcher_max_bytes])
     read_more, _, batch_more = _respond(parts, appends, follow & ~slow, reads, readable, (read_first, batches_first),
-                                        reach, ctx)
+                                        reach, ctx, quotas)
     more = read_more + batch_more
     read, from_batch = read_first + read_more, batch_records + batch_more
     leo_after = np.where(from_batch > 0, parts.leader_leo[:, None] + from_batch, reads.end_after(read, own_leo))
@@ -482,7 +550,8 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
     moved = (parts.arrays["log_start_offset"] > padded(state.column("log_start_offset"), parts.brokers.shape[1], 0,
                                                        np.int64)) & parts.exists
     return out, SessionFigures(frozenset(session[follow & sessioned].tolist()),
-                               dict(zip(ids.tolist(), counts.tolist())), frozenset(parts.brokers[moved].tolist()))
+                               dict(zip(ids.tolist(), counts.tolist())), frozenset(parts.brokers[moved].tolist()),
+                               quotas.drawn if quotas is not None else {})
 
 
 def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarray, changes: np.ndarray,
