@@ -3,30 +3,38 @@ of re-reading the tables it has just written; a commit by anyone else to those t
 next round read them again. Bulk work (a backlog round, a produced DataFrame) gets Spark settings of
 its own for its duration.
 
-These are today's round's own carry, working set and compaction (round.py, `replication.round=v1`):
-its clusters run v1 here. Round v2's carry, compaction and bulk rounds are in test_round_v2.py."""
-
-import dataclasses
+The clusters here run the v2 round (the default), whose carry is the partition state after the
+round (round_v2.CarryV2); the bulk round's Spark settings are today's round's (`replication.round=v1`),
+and its test runs v1."""
 
 import pytest
 from pyspark.sql import functions as F
 
 from pipeline import Cluster
-from pipeline import config as replog_config
 from pipeline import replication
 from pipeline import round as round_module
+from pipeline import round_v2
 from pipeline.round import table_versions
 from pipeline.spark import BROADCAST_SMALL_SIDES
 
 
-@pytest.fixture(autouse=True)
-def todays_round(monkeypatch):
-    key = replog_config.CLUSTER_KEYS["replication.round"]
-    monkeypatch.setitem(replog_config.CLUSTER_KEYS, "replication.round", dataclasses.replace(key, default="v1"))
-
-
 def committed(cluster, topic):
     return {r["partition"]: r["high_watermark"] for r in cluster.describe(topic).collect()}
+
+
+# a follower of a partition the round left unchanged (at its leader's LEO) is not written: its
+# fetch times are its broker's last fetch, which a round works out again (replica.effective_fetch_state)
+_RECOMPUTED = ("round_id", "last_fetch_time_ms", "last_caught_up_time_ms")
+
+
+def carried_rows(cluster):
+    """The replica_state rows of the partition state the cluster carries, without _RECOMPUTED."""
+    state = cluster._carry.state.withColumn("round_id", F.lit(0).cast("long"))
+    return sorted(round_v2._replica_state_rows(state).drop(*_RECOMPUTED).collect())
+
+
+def current_rows(storage):
+    return sorted(storage.replica_state().drop(*_RECOMPUTED).collect())
 
 
 def test_a_carried_round_sees_what_another_writer_committed_in_between(new_cluster, spark, clock):
@@ -50,8 +58,7 @@ def test_a_carried_round_sees_what_another_writer_committed_in_between(new_clust
     assert committed(cluster, "u") == {0: 0, 1: 1}
     assert [bytes(r["value"]) for r in cluster.read("u").collect()] == [b"b"]
     # the state it carries now is the tables' state, row for row
-    state = cluster.storage.replica_state().drop("round_id")
-    assert sorted(cluster._carry.state.collect()) == sorted(state.select(*cluster._carry.state.columns).collect())
+    assert carried_rows(cluster) == current_rows(cluster.storage)
 
 
 def test_a_round_works_on_the_partitions_that_changed_and_replica_state_is_compacted(new_cluster, clock,
@@ -89,8 +96,7 @@ def test_a_round_works_on_the_partitions_that_changed_and_replica_state_is_compa
     assert read_back == []  # it wrote the rows it carries: it did not read the table it had just written
     current = storage.replica_state()
     assert current.count() == 24 and cluster._carry is not None
-    assert sorted(cluster._carry.state.collect()) == sorted(current.drop("round_id").select(
-        *cluster._carry.state.columns).collect())
+    assert carried_rows(cluster) == current_rows(storage)
 
 
 def _kept_and_replicating(cluster, clock):
@@ -140,7 +146,8 @@ def test_a_round_compacts_from_the_table_when_another_writer_committed_during_it
         patched.setattr(storage, "append_table", appending)
         clock.advance(500)
         cluster.run_round()  # the first round rewrites every replica's row: its compaction is due
-    assert len(read_back) == 1 and cluster._carry is None
+    # (it read the table again, and the carry it left is of older versions: the next round reads the tables)
+    assert len(read_back) == 1 and cluster._carry.versions != table_versions(storage)
     history = spark.sql(f"DESCRIBE HISTORY delta.`{storage.path('replica_state')}`").collect()
     assert "step=compact" in (history[0]["userMetadata"] or "")
     _kept_and_replicating(cluster, clock)
@@ -169,7 +176,7 @@ def test_rounds_that_move_replicas_compact_from_what_they_carry(new_cluster, clo
         cluster.run_round()
         current = storage.replica_state().drop("round_id")
         assert cluster._carry is not None
-        assert sorted(cluster._carry.state.collect()) == sorted(current.select(*cluster._carry.state.columns).collect())
+        assert carried_rows(cluster) == current_rows(storage)
     assert cluster.reassignments().count() == 0 and current.count() == 4
     assert sorted(r["broker"] for r in current.filter("partition = 0").collect()) == [b for b in range(4) if b not in old]
     assert compactions() > before and read_back == []
@@ -278,7 +285,7 @@ def test_a_bulk_round_shuffles_over_more_partitions_and_compiles_its_expressions
     monkeypatch.setattr(round_module, "BULK_ROWS_FOR_CODEGEN", 10)
     # a response limit of 120 bytes (about 5 of these records, 10 in a round's fetch and its
     # follow-up): broker 1, which follows two partitions of broker 0, is still behind after the first round
-    cluster = new_cluster(brokers=2, config={"replica.fetch.response.max.bytes": 120})
+    cluster = new_cluster(brokers=2, config={"replica.fetch.response.max.bytes": 120, "replication.round": "v1"})
     cluster.create_topic("t", partitions=3, replication_factor=2)
     keys = ("spark.sql.shuffle.partitions", "spark.sql.codegen.factoryMode", BROADCAST_SMALL_SIDES)
     seen = {}  # round id: the settings while the round commits its appends
@@ -438,15 +445,14 @@ def test_a_maintenance_pass_over_the_carried_tables_keeps_the_carry_and_another_
     assert "replica_state" in report.properties_set
     assert all(a > b for a, b in zip(table_versions(storage)[:2], before[:2]))  # replica_state, partitions moved
     reads = []
-    read_meta = round_module._partition_meta
-    monkeypatch.setattr(round_module, "_partition_meta", lambda *a: reads.append(1) or read_meta(*a))
+    read_meta = round_v2._partition_meta
+    monkeypatch.setattr(round_v2, "_partition_meta", lambda *a: reads.append(1) or read_meta(*a))
     cluster.produce("t", [{"value": "after", "partition": 1}], acks="all")
     clock.advance(500)
     cluster.run_round()
     assert reads == [] and cluster._carry is not None and cluster._carry.versions == table_versions(storage)
     assert committed(cluster, "t") == {0: 3, 1: 1}
-    state = storage.replica_state().drop("round_id")
-    assert sorted(cluster._carry.state.collect()) == sorted(state.select(*cluster._carry.state.columns).collect())
+    assert carried_rows(cluster) == current_rows(storage)
 
     Cluster.open(spark, storage.root, clock=clock).create_topic("u", partitions=1, replication_factor=2)
     clock.advance(500)
