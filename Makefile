@@ -1,7 +1,7 @@
 PY := .venv/bin/python
 ROOT ?= demo-root
 
-.PHONY: setup test test-integration test-airflow airflow-setup demo clean profile bench bench-round-v2 soak
+.PHONY: setup test test-integration test-airflow airflow-setup demo clean profile bench bench-round soak
 
 setup:
 	@bash scripts/setup.sh
@@ -39,10 +39,10 @@ bench: setup
 	@$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(PY) jobs/benchmark.py --scenario fetch-sessions --readme $(BENCH_ARGS)
 
-# round v2's active round beside today's, on the same records (P = 100 and 10,000; minutes)
-bench-round-v2: setup
-	$(PY) jobs/bench_round_v2.py --partitions 100 --rounds 12
-	$(PY) jobs/bench_round_v2.py --partitions 10000 --rounds 6
+# the round as users run it: seconds and Spark jobs at P = 100 and 10,000 (minutes)
+bench-round: setup
+	$(PY) jobs/bench_round.py --partitions 100 --rounds 12
+	$(PY) jobs/bench_round.py --partitions 10000 --rounds 6
 
 # Airflow lives in its own environment (.venv-airflow): its Spark provider brings pyspark-client,
 # which cannot share one with pyspark. The DAG's tasks call this checkout's .venv spark-submit.

@@ -814,7 +814,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a Spark setting for the session (repeatable)")
     parser.add_argument("--cluster-config", action="append", default=[], metavar="KEY=VALUE",
                         help="endurance, throughput, freshness: a cluster setting (repeatable), e.g. "
-                        "replication.round=v2")
+                        "num.replica.fetchers=2")
     args = parser.parse_args(argv)
     if args.scenario == "cli":  # subprocesses only: no session of its own beside them
         partitions = args.partitions[0] if args.partitions else 100

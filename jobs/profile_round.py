@@ -5,8 +5,9 @@
 
 Part 1 runs rounds on a fresh cluster (3 brokers, RF 3, one topic of `--partitions`, one acks=all
 produce request of `--records` 100-byte records before every round: by default issue 7's "1,000
-records into 100 partitions") and prints the median seconds and Spark jobs of each driver-side
-phase (`pipeline.round.last_round_phases`) over the rounds after the first two (warm-up).
+records into 100 partitions") and prints the median seconds of each driver-side phase (the
+round's report, `RoundReport.phases`) and the median Spark jobs of a round, over the rounds after
+the first two (warm-up).
 
 Part 2 appends the same 300 rows to one Delta table, alternating two ways of making the commit
 recognisable on replay: Delta's txnAppId/txnVersion writer options (Delta then rebuilds the
@@ -25,10 +26,13 @@ import platform
 import shutil
 import statistics
 import tempfile
+import sys
 import time
 
 from pipeline import Cluster, ManualClock, get_spark
-from pipeline.round import last_round_jobs, last_round_phases
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_round import JobCounter, medians  # noqa: E402  (jobs/ is scripts, not a package)
 
 WARM_UP = 2
 
@@ -41,18 +45,16 @@ def profile_rounds(spark, root: str, partitions: int, records: int, rounds: int)
     for i in range(rounds):
         cluster.produce("profile", [{"key": f"k{j}", "value": "v" * 100} for j in range(records)], acks="all")
         clock.advance(100)
-        started = time.perf_counter()
-        cluster.run_round()
+        with JobCounter(spark) as counted:
+            started = time.perf_counter()
+            report = cluster.run_round()
+            took = time.perf_counter() - started
         if i >= WARM_UP:
-            totals.append(time.perf_counter() - started)
-            phases.append(last_round_phases())
-            jobs.append(last_round_jobs())
-    names = list(phases[0])
-    return {
-        "round_median_s": statistics.median(totals),
-        "phase_median_s": {n: statistics.median(p.get(n, 0.0) for p in phases) for n in names},
-        "phase_median_jobs": {n: statistics.median(j.get(n, 0) for j in jobs) for n in names},
-    }
+            totals.append(took)
+            phases.append(report.phases)
+            jobs.append(counted.jobs)
+    return {"round_median_s": statistics.median(totals), "phase_median_s": medians(phases),
+            "jobs_median": statistics.median(jobs)}
 
 
 def compare_commits(spark, path: str, repeats: int = 10) -> dict:
@@ -94,10 +96,11 @@ def main() -> None:
         }
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"active round median {result['rounds']['round_median_s']:.2f} s "
+    print(f"active round median {result['rounds']['round_median_s']:.2f} s, "
+          f"{result['rounds']['jobs_median']:.0f} Spark jobs "
           f"({args.partitions} partitions, {args.records} records per round, RF 3)")
     for name, seconds in result["rounds"]["phase_median_s"].items():
-        print(f"  {seconds:6.2f} s  {result['rounds']['phase_median_jobs'][name]:5.0f} jobs  {name}")
+        print(f"  {seconds:6.2f} s  {name}")
     c = result["commits"]
     print(f"append with txnAppId {c['txn_append_median_s']:.2f} s, tagged {c['tagged_append_median_s']:.2f} s "
           f"(ratio {c['ratio_txn_over_tagged']:.1f}x)")

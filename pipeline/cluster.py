@@ -30,7 +30,6 @@ from pipeline.errors import ErrorCode, ReplogError
 from pipeline.produce import check_client, is_bulk, parse_acks, record_rows, records_frame
 from pipeline.replication import record_size
 from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round
-from pipeline.round_v2 import CarryV2, run_round_v2
 from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLIENT_QUOTAS_SCHEMA, CLUSTER_SCHEMA, GROUP_OFFSETS_SCHEMA, INBOX_SCHEMA,
                               LEASE_SCHEMA, LOG_SCHEMA, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
 from pipeline.spark import COMPILED_EXPRESSIONS, apply_settings, settings_restored
@@ -96,7 +95,7 @@ class Cluster:
         self._fetch_throttles: dict[str, int] = {}  # consumer id -> its last fetch's throttle time
         self._last_clean_ms: int | None = None  # the log cleaner's last pass (compact_if_due)
         self._last_maintenance_ms: int | None = None  # the last maintain() pass (maintain_if_due)
-        self._carry: Carry | CarryV2 | None = None  # the last round's state, pinned (round.Carry, round_v2.CarryV2)
+        self._carry: Carry | None = None  # the last round's state, pinned (round.Carry)
         self._restarted = False  # set by open(): the next round is this process's first
         self._config_version = storage.version("cluster")  # alter_configs(brokers) changes it
         # KIP-73: ("leader" | "follower", broker) -> bytes of throttled replication left over
@@ -521,11 +520,8 @@ class Cluster:
         return report
 
     def _round(self, inputs: RoundInputs) -> tuple[RoundReport, Any]:
-        """An active round: the v2 round (`replication.round=v2`, the default), or today's."""
-        if self.config["replication.round"] == "v2":
-            return run_round_v2(self.spark, self.storage, inputs, self._carry if isinstance(self._carry, CarryV2)
-                                else None)
-        return run_round(self.spark, self.storage, inputs, self._carry if isinstance(self._carry, Carry) else None)
+        """An active round (pipeline/round/run.py), with the last round's carry."""
+        return run_round(self.spark, self.storage, inputs, self._carry)
 
     def _check_logs(self) -> None:
         """Before this object's first round (and after a failed one): the log of every broker that

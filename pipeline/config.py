@@ -23,7 +23,6 @@ class ConfigKey:
 
 
 FETCH_MODES = ("incremental", "full")
-ROUND_VERSIONS = ("v1", "v2")  # v2: pipeline/round_v2.py, until it replaces v1
 LONG_MAX = 9223372036854775807  # Kafka's Long.MaxValue default of max.compaction.lag.ms
 
 
@@ -135,10 +134,6 @@ _KEYS = [
               "fetch sessions each leader broker keeps (KIP-227)"),
     ConfigKey("replication.fetch.mode", str, "incremental", lambda v: v in FETCH_MODES, "incremental|full",
               "incremental: KIP-227 fetch sessions; full: every partition in every fetch (for comparison)"),
-    ConfigKey("replication.round", str, "v2", lambda v: v in ROUND_VERSIONS, "v2|v1",
-              "v2: the round in a handful of Spark jobs; a round that needs what it does not carry yet (elections "
-              "and fencing, reassignment, admin requests but delete_records, throttles, client quotas) runs as v1; "
-              "v1: every round as before v2"),
     # KIP-73 replication quotas: bytes per second each broker sends (leader) or receives (follower)
     # for throttled replicas outside the ISR, by the cluster clock (Kafka's default: unlimited)
     ConfigKey("leader.replication.throttled.rate", int, LONG_MAX, _positive, "> 0",
@@ -237,8 +232,10 @@ def validate_topic_config(config: Mapping[str, Any] | None, replication_factor: 
 
 
 def with_defaults(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """A cluster config stored by an older release, with Kafka's defaults for keys added since."""
-    return {**{name: key.default for name, key in CLUSTER_KEYS.items()}, **stored}
+    """A cluster config stored by an older release, with Kafka's defaults for keys added since and
+    without the keys removed since (`replication.round`: one round remains)."""
+    return {**{name: key.default for name, key in CLUSTER_KEYS.items()},
+            **{name: value for name, value in stored.items() if name in CLUSTER_KEYS}}
 
 
 def effective_topic_config(cluster_config: Mapping[str, Any], topic_overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,9 +5,8 @@ Two halves, by what they cost:
 - Per session (O(fetchers x leaders), driver-side values): epochs, the session cache with its slots
   and eviction order, and the context a leader gives each fetch request (`new_context`). These are
   plain Python over small immutable values, like Kafka's own cache.
-- Per partition (DataFrames, Spark tasks): which partitions an incremental request carries
-  (`incremental_request`), which a response must carry (`must_respond`), and the cached values the
-  leader keeps after responding (`cached_high_watermark`).
+- Per partition (a Column expression, for consumers' sessions): which partitions a response must
+  carry (`must_respond`); the round's followers use pipeline/control/fetch_session.py's arrays.
 """
 
 from __future__ import annotations
@@ -17,16 +16,15 @@ import random
 from dataclasses import asdict, dataclass, replace
 from typing import Iterable
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import Column
 
 from pipeline.errors import ErrorCode
 
 __all__ = [
     "INITIAL_EPOCH", "FINAL_EPOCH", "INVALID_SESSION_ID", "EVICTION_MS", "Session", "Handle", "Context",
     "next_epoch", "is_evictable_by_privileged", "is_evictable_by_all", "try_evict", "new_session_id",
-    "new_context", "follow_up", "incremental_request", "must_respond", "cached_high_watermark", "sessions_to_json",
-    "sessions_from_json", "SESSION_PARTITION_KEY", "REPLICA_FETCHER_PREFIX", "replica_fetcher",
+    "new_context", "follow_up", "must_respond", "sessions_to_json",
+    "sessions_from_json", "REPLICA_FETCHER_PREFIX", "replica_fetcher",
     "round_contexts",
 ]
 
@@ -37,7 +35,6 @@ MAX_EPOCH = 2_147_483_647
 # Kafka's FetchSessionCache evictionMs: a session unused this long may be evicted by anyone; one
 # that has existed this long (at its last use) may be evicted for a larger one
 EVICTION_MS = 120_000
-SESSION_PARTITION_KEY = ["session_id", "topic", "partition"]
 REPLICA_FETCHER_PREFIX = "replica-"
 
 
@@ -194,28 +191,6 @@ def sessions_from_json(text: str | None) -> tuple[list[Session], list[Handle]]:
 
 # -- per partition ----------------------------------------------------------------------------
 
-def incremental_request(next_df: DataFrame, cached_df: DataFrame) -> DataFrame:
-    """FetchSessionHandler.Builder.build: the partitions an incremental request carries.
-
-    next_df: session_id, topic, partition, fetch_offset, log_start_offset, max_bytes (what the
-    fetcher wants now); cached_df: the leader's cached values of the same sessions. Returns
-    session_id, topic, partition, `change`: 'added' (not cached), 'altered' (fetch offset, log start
-    offset or max bytes differ) or 'removed' (cached, no longer wanted). Unchanged partitions are not
-    sent: the leader serves them from its cache.
-    """
-    wanted = next_df.select(*SESSION_PARTITION_KEY, "fetch_offset", "log_start_offset", "max_bytes")
-    cached = cached_df.select(*SESSION_PARTITION_KEY, F.col("fetch_offset").alias("_fo"),
-                              F.col("fetcher_log_start_offset").alias("_lso"), F.col("max_bytes").alias("_mb"),
-                              F.lit(True).alias("_cached"))
-    joined = wanted.join(cached, on=SESSION_PARTITION_KEY, how="full_outer")
-    is_added = F.col("_cached").isNull()
-    is_removed = F.col("fetch_offset").isNull()
-    is_altered = ((F.col("fetch_offset") != F.col("_fo")) | (F.col("log_start_offset") != F.col("_lso"))
-                  | (F.col("max_bytes") != F.col("_mb")))
-    change = (F.when(is_added, F.lit("added")).when(is_removed, F.lit("removed"))
-              .when(is_altered, F.lit("altered")))
-    return joined.select(*SESSION_PARTITION_KEY, change.alias("change")).filter(F.col("change").isNotNull())
-
 
 def must_respond(records: Column, high_watermark: Column, cached_high_watermark: Column,
                  leader_log_start_offset: Column, cached_leader_log_start_offset: Column,
@@ -224,12 +199,6 @@ def must_respond(records: Column, high_watermark: Column, cached_high_watermark:
     records, a high watermark or log start offset other than the cached one, or an error."""
     return ((records > 0) | (high_watermark != cached_high_watermark)
             | (leader_log_start_offset != cached_leader_log_start_offset) | error_code.isNotNull())
-
-
-def cached_high_watermark(high_watermark: Column, error_code: Column) -> Column:
-    """The HW the leader caches after responding: -1 for a partition that returned an error, so the
-    partition is sent again once the error clears."""
-    return F.when(error_code.isNotNull(), F.lit(-1).cast("long")).otherwise(high_watermark)
 
 
 def follow_up(sessions: list[Session], handles: list[Handle], session_ids: set[int]

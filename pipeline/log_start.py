@@ -1,16 +1,17 @@
 """Log start offset rules: delete_records requests and time/size retention move a leader's log start
-offset (never past its high watermark); followers adopt the leader's from the fetch response."""
+offset (never past its high watermark): the offsets retention allows. The leader's and followers'
+moves are pipeline/control/log_start.py's."""
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from pipeline.schemas import PARTITION_KEY
 
 from pipeline.replication import record_size
 
-__all__ = ["retention_log_start_offsets", "next_leader_log_start_offset", "follower_log_start_offset"]
+__all__ = ["retention_log_start_offsets"]
 
 UNLIMITED = -1
 
@@ -44,11 +45,3 @@ def retention_log_start_offsets(leader_log_df: DataFrame, now_ms: int) -> DataFr
     )
 
 
-def next_leader_log_start_offset(current: Column, high_watermark: Column, requested: Column) -> Column:
-    """Kafka's log start offset only moves forward and never past the high watermark."""
-    return F.greatest(current, F.least(high_watermark, F.coalesce(requested, current)))
-
-
-def follower_log_start_offset(own: Column, leader: Column) -> Column:
-    """A follower adopts the leader's log start offset from the fetch response."""
-    return F.greatest(own, leader)

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
 from pipeline.jvm_lookups import convert_lists_in_bulk, remember_jvm_lookups, remember_named_columns
 
-__all__ = ["get_spark", "delta_jars", "SparkSetupError", "COMPILED_EXPRESSIONS", "BROADCAST_SMALL_SIDES", "small_side",
-           "settings_restored", "apply_settings", "per_partition_step", "forget_table_logs"]
+__all__ = ["get_spark", "delta_jars", "SparkSetupError", "COMPILED_EXPRESSIONS", "settings_restored", "apply_settings",
+           "forget_table_logs"]
 
 remember_jvm_lookups()  # every process that imports the pipeline: see jvm_lookups.py
 remember_named_columns()
@@ -75,39 +73,8 @@ FAST_CONFS = {
 
 # Compiled expressions, for work on many rows (FAST_CONFS interprets them: a round's data is small).
 # A produce() of 1,000,000 rows took 25-32 s interpreted and 3-5 s compiled, side by side in one
-# process; a bulk round compiles too (pipeline/round.py)
+# process
 COMPILED_EXPRESSIONS = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
-# The session's own (interpreted) form of the same settings, for steps over per-partition rows
-INTERPRETED_EXPRESSIONS = {key: FAST_CONFS[key] for key in COMPILED_EXPRESSIONS}
-# Joins of records (inbox or log rows) to per-partition rows broadcast the per-partition side when
-# this is "true" (a bulk round sets it for itself): the records then cross no shuffle for the join.
-# A small round keeps its sort-merge joins, since every broadcast is a Spark job of its own.
-BROADCAST_SMALL_SIDES = "replog.broadcastSmallSides"
-
-
-def small_side(df: DataFrame) -> DataFrame:
-    """`df`, the per-partition side of a join with records, hinted for a broadcast when the session
-    says so (BROADCAST_SMALL_SIDES). The hint changes the physical plan only, never the rows."""
-    return F.broadcast(df) if df.sparkSession.conf.get(BROADCAST_SMALL_SIDES, "false") == "true" else df
-
-
-def per_partition_step(step: Callable[..., Any]) -> Callable[..., Any]:
-    """A round step over rows per replica or partition (its first DataFrame argument's session),
-    never over records: it interprets its expressions even while a bulk round compiles them.
-    Generated code is compiled anew for each new plan (a round's time and id are literals in it),
-    and for a few rows per partition the compile costs more than it saves: in a catch-up round of
-    520,000 records into 100 partitions these steps compiled ~180 of the round's ~560 classes
-    (Spark's CodegenMetrics), 10-20 ms each. The step must run its own Spark job (pin its result) before it returns."""
-    @functools.wraps(step)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        spark = next(a for a in args if isinstance(a, DataFrame)).sparkSession
-        key = next(iter(COMPILED_EXPRESSIONS))
-        if spark.conf.get(key, None) != COMPILED_EXPRESSIONS[key]:
-            return step(*args, **kwargs)
-        with settings_restored(spark, COMPILED_EXPRESSIONS):
-            apply_settings(spark, INTERPRETED_EXPRESSIONS)
-            return step(*args, **kwargs)
-    return run
 
 
 @contextmanager

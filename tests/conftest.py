@@ -1,20 +1,8 @@
-import dataclasses
-import os
-
 import pytest
 from pyspark.sql import SparkSession
 
-from pipeline import config as replog_config
-
 from pipeline import Cluster, ManualClock, get_spark
-from pipeline.spark import BROADCAST_SMALL_SIDES, forget_table_logs
-
-
-# REPLOG_TEST_ROUND=v1 runs the suite with replication.round=v1 (today's round before v2) as every
-# new cluster's default, until that round goes (docs/design.md, "Round v2")
-if os.environ.get("REPLOG_TEST_ROUND"):
-    replog_config.CLUSTER_KEYS["replication.round"] = dataclasses.replace(
-        replog_config.CLUSTER_KEYS["replication.round"], default=os.environ["REPLOG_TEST_ROUND"])
+from pipeline.spark import forget_table_logs
 
 
 @pytest.fixture(scope="session")
@@ -56,11 +44,3 @@ def new_cluster(spark, tmp_path, clock):
     return make
 
 
-@pytest.fixture(params=["sort-merge", "broadcast"])
-def either_join(request, spark):
-    """Runs a rule's test with its joins of records to per-partition rows planned both ways: a small
-    round's sort-merge joins, and a bulk round's broadcasts (pipeline.spark.small_side)."""
-    if request.param == "broadcast":
-        spark.conf.set(BROADCAST_SMALL_SIDES, "true")
-    yield request.param
-    spark.conf.unset(BROADCAST_SMALL_SIDES)

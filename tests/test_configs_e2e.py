@@ -7,6 +7,7 @@ from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
 from pipeline.cli import config_list
+from pipeline.config import validate_cluster_config, with_defaults
 from pipeline.errors import ReplogError
 
 
@@ -82,3 +83,14 @@ def test_kafka_configs_add_config_list():
     with pytest.raises(ReplogError) as error:
         config_list("retention.ms")
     assert error.value.code == "INVALID_CONFIG"
+
+
+def test_a_removed_key_is_refused_when_given_and_dropped_from_a_stored_config():
+    # replication.round chose between two rounds until the round before v2 went: a config that
+    # names it now is refused (it would do nothing), and a root that stored it still opens
+    with pytest.raises(ReplogError, match="unknown cluster config key 'replication.round'") as error:
+        validate_cluster_config({"replication.round": "v1"})
+    assert error.value.code == "INVALID_CONFIG"
+    stored = with_defaults({"replication.round": "v2", "num.replica.fetchers": 2})
+    assert "replication.round" not in stored and stored["num.replica.fetchers"] == 2
+    assert validate_cluster_config(stored) == stored

@@ -1,4 +1,4 @@
-"""Round v2's control job on Spark (pipeline/control_job.py): the partition state cogrouped with the
+"""Round v2's control job on Spark (pipeline/round/control_job.py): the partition state cogrouped with the
 inbox summary by bucket, Kafka's rules over each bucket in one task. Scenarios with exact numbers,
 among them the two defects of today's round that v2 fixes (issue "Round v2")."""
 
@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control.state import PARTITION_STATE_SCHEMA
-from pipeline.control_job import (partition_state_from_tables, produce_results, producer_checks, run_control_job,
+from pipeline.round.control_job import (partition_state_from_tables, produce_results, producer_checks, run_control_job,
                                   summarise_inbox, with_producer_checks)
 from pipeline.data.catch_up import with_reads
 from pipeline.schemas import INBOX_SCHEMA

@@ -12,7 +12,7 @@ from pipeline.control.fetch_session import (NO_SESSION, UNKNOWN, CachedPartition
 from pipeline.control.leader_append import assign_base_offsets, produce_error
 from pipeline.control.log_start import follower_log_start_offset, maybe_increment_log_start_offset
 from pipeline.control.partition import maybe_expand_isr, maybe_increment_leader_hw, out_of_sync_replicas
-from pipeline.control.replica import FetchState, is_caught_up, update_fetch_state
+from pipeline.control.replica import FetchState, is_caught_up, reset_replica_state, update_fetch_state
 
 LAG_MS = 100
 LEADER_LEO = 20
@@ -192,3 +192,109 @@ def test_the_log_start_offset_moves_forward_only_and_never_past_the_hw():
     assert maybe_increment_log_start_offset(current, hw, np.array([5, 20, 2, -1])).tolist() == [5, 12, 4, 4]
     # a follower takes its leader's from the response, never moving back
     assert follower_log_start_offset(np.array([0, 7]), np.array([5, 5])).tolist() == [5, 7]
+
+
+# -- ported from the DataFrame rules of the round before v2, with their numbers ---------------------
+
+def test_a_follower_that_never_fetched_leaves_the_isr_after_the_lag():
+    # no fetch at all: last caught up when the leader was elected (t=0)
+    assert not is_out_of_sync(never_fetched(), 0, now=LAG_MS)
+    assert is_out_of_sync(never_fetched(), 0, now=LAG_MS + 1)
+
+
+def test_a_follower_fetching_at_the_leaders_leo_of_its_last_fetch_is_caught_up_as_of_that_fetch():
+    # every fetch asks for the leader's LEO as of the previous fetch: caught up to that fetch's time
+    state = fetch(never_fetched(), 10, now=0)  # leader LEO 20
+    for t, offset, leader_leo in [(60, 20, 30), (120, 30, 40), (180, 40, 50)]:
+        state = fetch(state, offset, now=t, leader_leo=leader_leo)
+    assert (state.last_caught_up_time_ms[0], state.last_fetch_time_ms[0], state.last_fetch_leader_leo[0]) == \
+        (120, 180, 50)
+    assert not is_out_of_sync(state, 40, now=200, leader_leo=50)
+
+
+def test_update_fetch_state_caught_up_now_as_of_the_last_fetch_or_not():
+    # last fetch at t=50 with the leader at 15, caught up at t=10; the leader is at 20 now (t=70):
+    # at 20 (caught up now), at 15 (as of the last fetch), at 14 (behind both)
+    state = FetchState(A([50, 50, 50]), A([15, 15, 15]), A([10, 10, 10]))
+    after = update_fetch_state(state, A([20, 15, 14]), A([20, 20, 20]), 70, A([True] * 3))
+    assert after.last_fetch_time_ms.tolist() == [70, 70, 70]
+    assert after.last_fetch_leader_leo.tolist() == [20, 20, 20]
+    assert after.last_caught_up_time_ms.tolist() == [70, 50, 10]
+
+
+def test_reset_replica_state_catches_up_isr_members_now_and_others_never():
+    # Replica.resetReplicaState(isNewLeader = false): in the ISR -> fetched and caught up now;
+    # outside it -> both 0; both remember the leader's LEO (18)
+    state = FetchState(A([50, 50]), A([15, 15]), A([40, 30]))
+    after = reset_replica_state(state, A([True, False]), A([18, 18]), 900, A([True, True]))
+    assert after.last_fetch_time_ms.tolist() == [900, 0]
+    assert after.last_fetch_leader_leo.tolist() == [18, 18]
+    assert after.last_caught_up_time_ms.tolist() == [900, 0]
+
+
+def test_time_without_rounds_does_not_count_after_a_restart():
+    # last fetched at t=0 (caught up to LEO 0); no round for 50 lag times; then the leader appends
+    # 20 records and the follower's next fetch asks for offset 0 in the restarted process's round
+    idle = FetchState(A([0]), A([0]), A([0]))
+    now = 50 * LAG_MS
+    assert is_out_of_sync(fetch(idle, 0, now=now), 0, now=now)  # without the reset: out of sync at once
+    fresh = fetch(reset_replica_state(idle, A([True]), A([0]), now, A([True])), 0, now=now)
+    assert fresh.last_caught_up_time_ms[0] == now
+    assert not is_out_of_sync(fresh, 0, now=now + LAG_MS)
+    assert is_out_of_sync(fresh, 0, now=now + LAG_MS + 1)  # still stuck: out after the lag
+
+
+def test_expansion_at_the_hw_past_the_epoch_start_and_not_for_isr_members():
+    # HW 10, epoch start 5: at 10 joins; at 9 (below the HW) not; epoch start 12 (KAFKA-7128) not;
+    # already in the ISR: not a joiner
+    in_isr = A([[True, False], [True, False], [True, False], [True, True]])
+    joiners = maybe_expand_isr(in_isr, A([[False, True]] * 4), A([[0, 10], [0, 9], [0, 10], [0, 10]]),
+                               A([10, 10, 10, 10]), A([5, 5, 12, 5]))
+    assert joiners[:, 1].tolist() == [True, False, False, False]
+
+
+def test_no_partitions_give_no_out_of_sync_replicas():
+    empty = np.zeros((0, 3), dtype=bool)
+    out = out_of_sync_replicas(empty, empty, np.zeros((0, 3), dtype=np.int64), A([], dtype=np.int64),
+                               np.zeros((0, 3), dtype=np.int64), 0, A([], dtype=np.int64))
+    assert out.shape == (0, 3)
+
+
+def hw_after(old_hw, leader_leo, follower_leos, isr, min_isr=1, caught_up_ms=0, now=1000, down=()):
+    """maybeIncrementLeaderHW for a partition of replicas [0, 1, 2] led by 0, the lag 100 ms:
+    followers outside the ISR count when caught up and on a broker that may join."""
+    leo = A([[leader_leo, *follower_leos]])
+    in_isr = A([[b in isr for b in (0, 1, 2)]])
+    caught = is_caught_up(leo, A([[leader_leo] * 3]), A([[0, caught_up_ms, caught_up_ms]]), now, A([[LAG_MS] * 3]))
+    may_join = caught & A([[b not in down for b in (0, 1, 2)]]) & A([[False, True, True]])
+    return int(maybe_increment_leader_hw(A([old_hw]), leo, A([[True] * 3]), A([[True, False, False]]), in_isr,
+                                         may_join, A([min_isr]))[0])
+
+
+def test_hw_is_the_smallest_leo_of_the_leader_and_isr_never_backwards_and_frozen_under_min_isr():
+    assert hw_after(0, 10, (7, 9), isr=(0, 1, 2)) == 7            # min over the ISR
+    assert hw_after(0, 10, (10, 3), isr=(0, 1)) == 10             # 2 out of the ISR and not caught up
+    assert hw_after(6, 10, (4, 8), isr=(0, 1, 2)) == 6            # never backwards
+    assert hw_after(2, 10, (10, 10), isr=(0,), min_isr=2) == 2    # ISR < min ISR: frozen
+    assert hw_after(0, 10, (10, 10), isr=(0, 1, 2), min_isr=3) == 10  # min ISR 3 of 3, all in: advances
+
+
+def test_hw_waits_for_a_caught_up_replica_eligible_to_join_unless_its_broker_is_down():
+    # broker 2 is not in the ISR but caught up within the lag (t=950 of 1000): the HW waits for it
+    assert hw_after(0, 10, (10, 6), isr=(0, 1), caught_up_ms=950) == 6
+    # as above, but broker 2 is stopped or fenced: it may not join the ISR, so the HW does not wait
+    assert hw_after(0, 10, (10, 6), isr=(0, 1), caught_up_ms=950, down=(2,)) == 10
+
+
+def test_base_offsets_from_the_leaders_leo_in_produce_order():
+    # r1 (two records to partition 0, one to 1) before r2 (one to partition 0); partition 0's
+    # leader at LEO 7, partition 1's at 0 (requests by partition, then in produce order)
+    base, leo = assign_base_offsets(partition_index=A([0, 0, 1]), record_count=A([2, 1, 1]),
+                                    accepted=A([True, True, True]), leader_leo=A([7, 0]))
+    assert base.tolist() == [7, 9, 0]
+    assert leo.tolist() == [10, 1]
+
+
+def test_the_leaders_log_start_offset_moves_to_the_request_within_the_hw():
+    # current 2, HW 5: asked 7 (to the HW), 1 (stays), none (stays), 4 (moves)
+    assert maybe_increment_log_start_offset(A([2] * 4), A([5] * 4), A([7, 1, -1, 4])).tolist() == [5, 2, 2, 4]

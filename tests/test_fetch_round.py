@@ -211,3 +211,20 @@ def test_retried_batches_are_answered_with_the_offsets_they_repeat_and_not_appen
     # a retry the leader refuses (no leader) has no offsets
     refused = run([partition(0, leader=-1)], [old])[("t", 0)]["results"]
     assert [(r["base_offset"], r["error_code"]) for r in refused] == [(None, "NOT_LEADER_OR_FOLLOWER")]
+
+
+def test_a_follower_reading_a_compacted_log_ends_after_its_last_record_and_takes_the_hw_up_to_its_leo():
+    # leader 0 at LEO 7 with offsets 2, 3 and 5 compacted away: follower 1, at 2, reads records 4
+    # and 6 (what the round read of the leader's log before the job: each record's size and
+    # offset + 1), so its LEO is 7, not 2 + 2; follower 2 is at the leader's LEO; the HW was 2
+    row = partition(0, leo=7)
+    row.update(log_end_offset=[7, 2, 7], fetch_offset=[7, 2, 7], replica_high_watermark=[2, 2, 2], high_watermark=2,
+               read_bytes=[[], [30, 30], []], read_ends=[[], [5, 7], []])
+    schema = STATE.append(pa.field("read_bytes", pa.list_(pa.list_(pa.int64())))) \
+        .append(pa.field("read_ends", pa.list_(pa.list_(pa.int64()))))
+    out = fetch_round(pa.Table.from_pylist([row], schema=schema), pa.Table.from_pylist([], schema=REQUESTS),
+                      RoundContext(round_id=3, now_ms=100, fetching_brokers=(0, 1, 2))).to_pylist()[0]
+    assert (out["log_end_offset"], out["records_replicated"], out["high_watermark"]) == ([7, 7, 7], 2, 7)
+    # a follower's HW: the leader's in its last response, no higher than its own LEO; follower 1's
+    # follow-up brings the 7, follower 2 (no records, no follow-up) learns it at its next fetch
+    assert out["replica_high_watermark"] == [7, 7, 2]

@@ -1,19 +1,17 @@
 """KIP-227 session rules with exact values: epochs, the cache's eviction order (the cases of Kafka's
 FetchSessionTest: testSessionCache, testPrivilegedSessionHandling, testFetchSessionExpiration),
-the leader's contexts, and the partitions incremental requests and responses carry."""
+the leader's contexts, and the partitions a consumer's incremental responses carry (the round's
+followers': tests/test_control_rules.py)."""
 
 import random
 
-import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from pipeline.errors import ErrorCode
-from pipeline.fetch_session import (EVICTION_MS, FINAL_EPOCH, INITIAL_EPOCH, MAX_EPOCH, Handle, Session,
-                                    cached_high_watermark, follow_up, incremental_request, must_respond, new_context,
-                                    new_session_id, next_epoch, replica_fetcher, round_contexts, sessions_from_json,
-                                    sessions_to_json, try_evict)
-from pipeline.replication import RECORD_OVERHEAD_BYTES, fetch_response_records
+from pipeline.fetch_session import (EVICTION_MS, FINAL_EPOCH, INITIAL_EPOCH, MAX_EPOCH, Handle, Session, follow_up,
+                                    must_respond, new_context, new_session_id, next_epoch, replica_fetcher,
+                                    round_contexts, sessions_from_json, sessions_to_json, try_evict)
 
 
 def session(sid, privileged=True, size=10, created=0, used=0, leader=0, epoch=1):
@@ -151,168 +149,18 @@ def test_round_contexts_give_the_first_fetcher_by_name_the_only_slot_and_survive
     assert [s.last_used_ms for s in cache2 if s.fetcher == replica_fetcher(1)] == [0]
 
 
-REQ = "session_id int, topic string, partition int, fetch_offset long, log_start_offset long, max_bytes long"
-CACHED = ("session_id int, topic string, partition int, fetch_offset long, fetcher_log_start_offset long, "
-          "max_bytes long")
-
-
-def test_incremental_request_carries_added_altered_and_removed_partitions_only(spark):
-    wanted = spark.createDataFrame([(7, "t", 0, 5, 0, 100), (7, "t", 1, 9, 0, 100), (7, "t", 2, 3, 1, 100),
-                                    (7, "t", 3, 4, 0, 50), (7, "t", 4, 0, 0, 100)], REQ)
-    cached = spark.createDataFrame([(7, "t", 0, 5, 0, 100), (7, "t", 1, 8, 0, 100), (7, "t", 2, 3, 0, 100),
-                                    (7, "t", 3, 4, 0, 100), (7, "t", 5, 2, 0, 100), (8, "t", 0, 1, 0, 100)], CACHED)
-    result = incremental_request(wanted, cached.filter(F.col("session_id") == 7))
-    expected = [(7, "t", 1, "altered"), (7, "t", 2, "altered"), (7, "t", 3, "altered"), (7, "t", 4, "added"),
-                (7, "t", 5, "removed")]
-    assert_df_equality(result, spark.createDataFrame(expected, "session_id int, topic string, partition int, change string"),
-                       ignore_row_order=True, ignore_nullable=True)
-
-
-def test_incremental_request_of_an_unchanged_session_is_empty(spark):
-    rows = [(7, "t", 0, 5, 0, 100)]
-    assert incremental_request(spark.createDataFrame(rows, REQ), spark.createDataFrame(rows, CACHED)).count() == 0
-
-
-def test_response_carries_records_hw_or_log_start_changes_and_errors_and_resends_after_an_error(spark):
+def test_response_carries_records_hw_or_log_start_changes_and_errors_and_an_unknown_cached_hw(spark):
     cols = "case string, records long, hw long, cached_hw long, lso long, cached_lso long, error string"
     rows = [("nothing new", 0, 10, 10, 0, 0, None), ("records", 3, 10, 10, 0, 0, None),
             ("hw moved", 0, 11, 10, 0, 0, None), ("log start moved", 0, 10, 10, 4, 0, None),
             ("error", 0, 10, 10, 0, 0, "OFFSET_OUT_OF_RANGE"),
-            ("error cleared", 0, 10, -1, 0, 0, None)]  # the error cached HW -1: sent again
+            ("unknown", 0, 10, -1, 0, 0, None)]  # a cached HW -1 (never sent): sent
     df = spark.createDataFrame(rows, cols).select(
         "case", must_respond(F.col("records"), F.col("hw"), F.col("cached_hw"), F.col("lso"), F.col("cached_lso"),
-                             F.col("error")).alias("must_respond"),
-        cached_high_watermark(F.col("hw"), F.col("error")).alias("cached_after"))
-    expected = [("nothing new", False, 10), ("records", True, 10), ("hw moved", True, 11),
-                ("log start moved", True, 10), ("error", True, -1), ("error cleared", True, 10)]
-    assert_df_equality(df, spark.createDataFrame(expected, "case string, must_respond boolean, cached_after long"),
+                             F.col("error")).alias("must_respond"))
+    expected = [("nothing new", False), ("records", True), ("hw moved", True), ("log start moved", True),
+                ("error", True), ("unknown", True)]
+    assert_df_equality(df, spark.createDataFrame(expected, "case string, must_respond boolean"),
                        ignore_row_order=True, ignore_nullable=True)
 
 
-LOG = "topic string, partition int, offset long, key binary, value binary, broker int"
-FETCH = ("broker int, leader int, topic string, partition int, fetch_offset long, partition_max_bytes long, "
-         "response_max_bytes long, fetch_order long")
-SIZE = RECORD_OVERHEAD_BYTES + 10
-
-
-@pytest.mark.usefixtures("either_join")
-def test_response_limit_serves_partitions_in_fetch_order_and_cuts_the_one_that_does_not_fit(spark):
-    records = spark.createDataFrame([("t", p, o, None, b"0123456789", 0) for p in range(4) for o in range(3)], LOG)
-    # order: p2 (never returned data), p0, p3 (returned data in round 4), p1 (round 5)
-    fetch = spark.createDataFrame([(1, 0, "t", 0, 0, 10 * SIZE, 5 * SIZE, 0), (1, 0, "t", 1, 0, 10 * SIZE, 5 * SIZE, 5),
-                                   (1, 0, "t", 2, 1, 10 * SIZE, 5 * SIZE, 0), (1, 0, "t", 3, 0, 10 * SIZE, 5 * SIZE, 4)],
-                                  FETCH)
-    result = fetch_response_records(fetch, records).select("partition", "offset")
-    # p2 from offset 1: 2 records; p0: 3 records fill the 5; p3 and p1 wait for the next round
-    expected = [(2, 1), (2, 2), (0, 0), (0, 1), (0, 2)]
-    assert_df_equality(result, spark.createDataFrame(expected, "partition int, offset long"),
-                       ignore_row_order=True, ignore_nullable=True)
-
-
-@pytest.mark.usefixtures("either_join")
-def test_first_record_of_a_response_goes_even_over_both_limits(spark):
-    records = spark.createDataFrame([("t", p, o, None, b"0123456789", 0) for p in range(2) for o in range(2)], LOG)
-    fetch = spark.createDataFrame([(1, 0, "t", 0, 0, 1, 1, 0), (1, 0, "t", 1, 0, 1, 1, 0),
-                                   (2, 0, "t", 0, 1, 10 * SIZE, SIZE + 1, 0), (2, 0, "t", 1, 0, 10 * SIZE, SIZE + 1, 0)],
-                                  FETCH)
-    result = fetch_response_records(fetch, records).select("broker", "partition", "offset")
-    # broker 1: one record in all; broker 2: p0's last record fills it, p1 waits
-    expected = [(1, 0, 0), (2, 0, 1)]
-    assert_df_equality(result, spark.createDataFrame(expected, "broker int, partition int, offset long"),
-                       ignore_row_order=True, ignore_nullable=True)
-
-
-THROTTLED = FETCH + ", leader_throttled boolean, follower_throttled boolean, leader_budget long, follower_budget long"
-
-
-@pytest.mark.usefixtures("either_join")
-def test_throttled_partitions_share_their_brokers_budgets_and_in_sync_ones_are_never_held_back(spark):
-    records = spark.createDataFrame([("t", p, o, None, b"0123456789", 0) for p in range(4) for o in range(4)], LOG)
-    big = 100 * SIZE
-    fetch = spark.createDataFrame([
-        # follower 1: p0 in sync (not throttled), p1 throttled on both sides
-        (1, 0, "t", 0, 0, big, big, 0, False, False, 3 * SIZE, 5 * SIZE),
-        (1, 0, "t", 1, 0, big, big, 1, True, True, 3 * SIZE, 5 * SIZE),
-        # follower 2: p2 leader-throttled: leader 0's budget has 3 records left after p1's... none
-        (2, 0, "t", 2, 0, big, big, 0, True, False, 3 * SIZE, None),
-        # follower 2: p3 follower-throttled only, an unlimited leader side: 2 records fit its 2
-        (2, 0, "t", 3, 0, big, big, 1, False, True, 3 * SIZE, 2 * SIZE),
-    ], THROTTLED)
-    result = fetch_response_records(fetch, records).select("broker", "partition", "offset", "leader_throttled")
-    # p0 (in sync) gets all 4; p1: 3 of leader 0's budget; p2: the 3 are spent; p3: 2 of follower 2's
-    expected = ([(1, 0, o, False) for o in range(4)] + [(1, 1, o, True) for o in range(3)]
-                + [(2, 3, o, False) for o in range(2)])
-    assert_df_equality(result, spark.createDataFrame(expected, "broker int, partition int, offset long, "
-                                                               "leader_throttled boolean"),
-                       ignore_row_order=True, ignore_nullable=True)
-
-
-@pytest.mark.usefixtures("either_join")
-def test_a_throttled_record_larger_than_the_budget_waits(spark):
-    records = spark.createDataFrame([("t", 0, 0, None, b"0123456789", 0)], LOG)
-    fetch = spark.createDataFrame([(1, 0, "t", 0, 0, 100, 100, 0, False, True, None, SIZE - 1)], THROTTLED)
-    assert fetch_response_records(fetch, records).count() == 0
-
-
-def _reference_response(fetches, records):
-    """The rule read plainly, request by request (no quotas): partitions in (fetch_order, topic,
-    partition) order, each from its fetch offset while it stays within partition_max_bytes and the
-    response within response_max_bytes; the response's first record always goes; a partition cut by
-    the response's limit ends the response."""
-    sent = set()
-    requests = {}
-    for f in fetches:
-        requests.setdefault((f[0], f[1]), []).append(f)
-    for request in requests.values():
-        used, first = 0, True
-        for broker, _, topic, partition, offset, p_max, r_max, _ in sorted(request, key=lambda f: (f[7], f[2], f[3])):
-            log = sorted((r for r in records if (r[0], r[1]) == (topic, partition) and r[2] >= offset),
-                         key=lambda r: r[2])
-            if not log:
-                continue
-            fits = 0  # the partition's bytes within partition_max_bytes: what it takes of the response
-            for _, _, o, _, value, _ in log:
-                size = RECORD_OVERHEAD_BYTES + len(value)
-                if fits + size > p_max:
-                    break
-                fits += size
-                if used + fits <= r_max:
-                    sent.add((broker, partition, o))
-            if first:
-                sent.add((broker, partition, log[0][2]))
-                fits = max(fits, RECORD_OVERHEAD_BYTES + len(log[0][4]))
-            used += fits
-            first = False
-    return sent
-
-
-@pytest.mark.usefixtures("either_join")
-def test_a_response_cut_from_long_logs_with_gaps_and_large_records_matches_the_rule_read_plainly(spark):
-    """The response is decided on offsets and sizes, and the records (keys and values) joined to the
-    offsets chosen: compared with the rule computed record by record, on logs of many records,
-    compacted gaps (fetch offsets in them too), partitions of records larger than the limits, and
-    limits that cut mid-partition and mid-request."""
-    rng = random.Random(227)
-    cases = []
-    for _ in range(4):
-        records = []
-        for partition in range(10):
-            size = rng.choice((5, 20, 400, None))  # None: sizes vary
-            offset = 0
-            for _ in range(rng.randrange(0, 60)):
-                offset += rng.choice((1, 1, 1, 3)) if partition % 3 == 1 else 1  # compacted: gaps
-                records.append(("t", partition, offset, None, b"v" * (size or rng.randrange(1, 30)), 0))
-        response_max = {follower: rng.choice((SIZE * 8, SIZE * 40, 3000)) for follower in (1, 2)}
-        fetches = [(follower, 0, "t", partition, rng.randrange(0, 8), rng.choice((SIZE * 3, SIZE * 12, 1000)),
-                    response_max[follower], rng.randrange(0, 3))
-                   for follower in (1, 2) for partition in range(10)]
-        cases.append((records, fetches))
-    # the first partition's records are all over partition_max_bytes: the first still goes
-    cases.append(([("t", 0, o, None, b"v" * 400, 0) for o in range(5)], [(1, 0, "t", 0, 0, SIZE * 3, 5000, 0)]))
-    # a fetch offset in a gap (5-9), the records after it without gaps: all that fit go
-    cases.append(([("t", 0, o, None, b"v" * 10, 0) for o in (*range(5), *range(10, 60))],
-                  [(1, 0, "t", 0, 6, SIZE * 45, 5000, 0)]))
-    for n, (records, fetches) in enumerate(cases):
-        result = fetch_response_records(spark.createDataFrame(fetches, FETCH), spark.createDataFrame(records, LOG))
-        got = {(r["broker"], r["partition"], r["offset"]) for r in result.collect()}
-        assert got == _reference_response(fetches, records), f"case {n}"

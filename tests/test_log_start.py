@@ -5,7 +5,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock, ReplogError
-from pipeline.log_start import next_leader_log_start_offset, retention_log_start_offsets
+from pipeline.log_start import retention_log_start_offsets
 from pipeline.replication import RECORD_OVERHEAD_BYTES
 
 LOG = ("topic string, partition int, offset long, timestamp long, key binary, value binary, log_end_offset long, "
@@ -26,14 +26,6 @@ def test_retention_log_start_offsets(spark):
     expected = spark.createDataFrame([("t", 0, 3), ("t", 1, 3), ("t", 2, 5), ("t", 3, None)],
                                      "topic string, partition int, retention_start_offset long")
     assert_df_equality(result, expected, ignore_row_order=True, ignore_nullable=True)
-
-
-def test_leader_log_start_moves_forward_only_and_never_past_the_hw(spark):
-    df = spark.createDataFrame([(2, 5, 7), (2, 5, 1), (2, 5, None), (2, 5, 4)],
-                               "current long, hw long, requested long")
-    result = [r[0] for r in df.select(next_leader_log_start_offset(F.col("current"), F.col("hw"),
-                                                                   F.col("requested"))).collect()]
-    assert result == [5, 2, 2, 4]
 
 
 def offsets_per_broker(cluster, topic):

@@ -1,21 +1,14 @@
-"""A round carries its pinned state to the next round of the same process (round.Carry) instead
-of re-reading the tables it has just written; a commit by anyone else to those tables makes the
-next round read them again. Bulk work (a backlog round, a produced DataFrame) gets Spark settings of
-its own for its duration.
-
-The clusters here run the v2 round (the default), whose carry is the partition state after the
-round (round_v2.CarryV2); the bulk round's Spark settings are today's round's (`replication.round=v1`),
-and its test runs v1."""
+"""A round carries its pinned state to the next round of the same process (round.Carry: the
+partition state after the round) instead of re-reading the tables it has just written; a commit by
+anyone else to those tables makes the next round read them again. A produced DataFrame gets Spark
+settings of its own for its duration."""
 
 import pytest
 from pyspark.sql import functions as F
 
 from pipeline import Cluster
-from pipeline import replication
-from pipeline import round as round_module
-from pipeline import round_v2
+from pipeline.round import run as round_run
 from pipeline.round import table_versions
-from pipeline.spark import BROADCAST_SMALL_SIDES
 
 
 def committed(cluster, topic):
@@ -30,7 +23,7 @@ _RECOMPUTED = ("round_id", "last_fetch_time_ms", "last_caught_up_time_ms")
 def carried_rows(cluster):
     """The replica_state rows of the partition state the cluster carries, without _RECOMPUTED."""
     state = cluster._carry.state.withColumn("round_id", F.lit(0).cast("long"))
-    return sorted(round_v2._replica_state_rows(state).drop(*_RECOMPUTED).collect())
+    return sorted(round_run._replica_state_rows(state).drop(*_RECOMPUTED).collect())
 
 
 def current_rows(storage):
@@ -66,7 +59,7 @@ def test_a_round_works_on_the_partitions_that_changed_and_replica_state_is_compa
     """Eight partitions, one produced to: the rounds after it carry only that partition's replicas
     (a working set), the partition counts stay those of every partition, and replica_state, which
     rounds append to, is rewritten as its current rows once the superseded ones are as many."""
-    monkeypatch.setattr(round_module, "STATE_COMPACTION_MIN_ROWS", 0)
+    monkeypatch.setattr(round_run, "STATE_COMPACTION_MIN_ROWS", 0)
     cluster = new_cluster(brokers=3)
     cluster.create_topic("t", partitions=8, replication_factor=3, config={"min.insync.replicas": "3"})
     clock.advance(500)
@@ -130,7 +123,7 @@ def test_a_round_compacts_from_the_table_when_another_writer_committed_during_it
     process creates a topic while a round runs (after the round read replica_state, before its
     compaction): the compaction reads the table again instead, so the new topic's replicas stay, and
     the next round reads the tables again too."""
-    monkeypatch.setattr(round_module, "STATE_COMPACTION_MIN_ROWS", 0)
+    monkeypatch.setattr(round_run, "STATE_COMPACTION_MIN_ROWS", 0)
     cluster = new_cluster(brokers=3)
     cluster.create_topic("t", partitions=2, replication_factor=3)
     storage, other = cluster.storage, Cluster.open(spark, cluster.storage.root, clock=clock)
@@ -156,7 +149,7 @@ def test_a_round_compacts_from_the_table_when_another_writer_committed_during_it
 def test_rounds_that_move_replicas_compact_from_what_they_carry(new_cluster, clock, monkeypatch):
     """A reassignment's rounds add replicas' rows and delete the dropped ones' (commits of the round
     itself): the rows they carry stay the table's current rows, and their compactions write them."""
-    monkeypatch.setattr(round_module, "STATE_COMPACTION_MIN_ROWS", 0)
+    monkeypatch.setattr(round_run, "STATE_COMPACTION_MIN_ROWS", 0)
     cluster = new_cluster(brokers=3)
     cluster.add_broker()
     cluster.create_topic("t", partitions=2, replication_factor=2)
@@ -268,76 +261,6 @@ def test_a_replaced_commit_that_cannot_be_given_back_is_an_error(new_cluster, sp
             storage.compact_replica_state(round_id=50)
 
 
-def test_a_bulk_round_shuffles_over_more_partitions_and_compiles_its_expressions(new_cluster, spark, clock,
-                                                                                  monkeypatch):
-    """One shuffle partition and interpreted expressions suit a round's working set. A backlog of new
-    inbox records gets one shuffle partition per BULK_ROWS_PER_SHUFFLE_PARTITION (one task sorting
-    millions of records ran out of memory), and a round with BULK_ROWS_FOR_CODEGEN new records, or
-    after a round that replicated that many, compiled expressions and broadcast joins of records
-    to per-partition rows; for that round only: the session's own settings are back afterwards,
-    and a small round uses them."""
-    assert round_module.shuffle_partitions_for(0, 1) == 1
-    assert round_module.shuffle_partitions_for(500_000, 1) == 1
-    assert round_module.shuffle_partitions_for(500_001, 1) == 2
-    assert round_module.shuffle_partitions_for(5_000_000, 1) == 10
-    assert round_module.shuffle_partitions_for(10, 8) == 8  # never below the session's own
-    monkeypatch.setattr(round_module, "BULK_ROWS_PER_SHUFFLE_PARTITION", 5)
-    monkeypatch.setattr(round_module, "BULK_ROWS_FOR_CODEGEN", 10)
-    # a response limit of 120 bytes (about 5 of these records, 10 in a round's fetch and its
-    # follow-up): broker 1, which follows two partitions of broker 0, is still behind after the first round
-    cluster = new_cluster(brokers=2, config={"replica.fetch.response.max.bytes": 120, "replication.round": "v1"})
-    cluster.create_topic("t", partitions=3, replication_factor=2)
-    keys = ("spark.sql.shuffle.partitions", "spark.sql.codegen.factoryMode", BROADCAST_SMALL_SIDES)
-    seen = {}  # round id: the settings while the round commits its appends
-    append_all = type(cluster.storage).append_all
-
-    def observed(storage, appends, round_id):
-        seen.setdefault(round_id, []).append(tuple(spark.conf.get(k, None) for k in keys))
-        return append_all(storage, appends, round_id)
-
-    monkeypatch.setattr(type(cluster.storage), "append_all", observed)
-    # a step over records (the fetch response) compiles in a bulk round; one over per-partition
-    # rows (the HW, round.py's @per_partition_step) interprets, and the round compiles again after it
-    modes = []  # (step, the expressions' factory mode while the round builds and pins it)
-    for step, rule in (("response", "fetch_response_records"), ("hw", "maybe_increment_leader_hw")):
-        def watched(*args, _rule=getattr(replication, rule), _step=step, **kwargs):
-            modes.append((_step, spark.conf.get("spark.sql.codegen.factoryMode")))
-            return _rule(*args, **kwargs)
-        monkeypatch.setattr(replication, rule, watched)
-    configured = tuple(spark.conf.get(k, None) for k in keys)
-    assert configured[1:] == ("NO_CODEGEN", None)
-
-    def rounds(n):
-        reports = []
-        for _ in range(n):
-            clock.advance(500)
-            reports.append(cluster.run_round())
-        return reports
-
-    cluster.produce("t", [{"value": f"v{i}", "partition": i % 3} for i in range(18)], acks="all")
-    first = rounds(3)
-    assert [r.records_replicated for r in first] == [16, 2, 0]
-    # 18 new records: 4 shuffle partitions, compiled; then, after 16 replicated, compiled; then idle
-    # (each round commits its appends in two steps: the logs, then the state and results)
-    assert seen == {first[0].round_id: [(str(max(int(configured[0]), 4)), "FALLBACK", "true")] * 2,
-                    first[1].round_id: [(configured[0], "FALLBACK", "true")] * 2}
-    assert tuple(spark.conf.get(k, None) for k in keys) == configured
-    # each active round: the HW after the fetch, the response, the HW after the follow-up fetch,
-    # and in the first, whose follow-up found broker 1 still behind, the follow-up's response
-    assert modes[:7] == [("hw", "NO_CODEGEN"), ("response", "FALLBACK"), ("hw", "NO_CODEGEN"),
-                         ("response", "FALLBACK")] + [("hw", "NO_CODEGEN"), ("response", "FALLBACK"),
-                                                      ("hw", "NO_CODEGEN")]
-    cluster.produce("t", [{"value": "w", "partition": 0}], acks="all")
-    seen.clear()
-    modes.clear()
-    last = rounds(2)
-    assert seen[last[0].round_id][0] == configured
-    assert modes[:3] == [("hw", "NO_CODEGEN"), ("response", "NO_CODEGEN"), ("hw", "NO_CODEGEN")]
-    assert committed(cluster, "t") == {0: 7, 1: 6, 2: 6}
-    assert sorted(bytes(r["value"]).decode() for r in cluster.read("t").collect()) == sorted(
-        [f"v{i}" for i in range(18)] + ["w"])
-
-
 def test_a_bulk_produced_dataframe_is_written_with_compiled_expressions_and_the_session_keeps_its_own(
         new_cluster, spark, clock, monkeypatch):
     """produce() of a DataFrame that Spark estimates at BULK_BYTES_FOR_CODEGEN bytes or more (a bulk
@@ -390,7 +313,7 @@ def test_a_round_that_finds_replica_state_compact_and_writes_no_state_row_keeps_
     """A round without a carry that writes no replica_state row, on a table holding only current
     rows, commits nothing to it: it must not count a compaction it did not commit (its carry was
     dropped, and the next round read every partition again)."""
-    monkeypatch.setattr(round_module, "STATE_COMPACTION_MIN_ROWS", 0)
+    monkeypatch.setattr(round_run, "STATE_COMPACTION_MIN_ROWS", 0)
     cluster = new_cluster(brokers=2)
     cluster.create_topic("t", partitions=2, replication_factor=2)
     storage = cluster.storage
@@ -445,8 +368,8 @@ def test_a_maintenance_pass_over_the_carried_tables_keeps_the_carry_and_another_
     assert "replica_state" in report.properties_set
     assert all(a > b for a, b in zip(table_versions(storage)[:2], before[:2]))  # replica_state, partitions moved
     reads = []
-    read_meta = round_v2._partition_meta
-    monkeypatch.setattr(round_v2, "_partition_meta", lambda *a: reads.append(1) or read_meta(*a))
+    read_meta = round_run.partition_meta
+    monkeypatch.setattr(round_run, "partition_meta", lambda *a: reads.append(1) or read_meta(*a))
     cluster.produce("t", [{"value": "after", "partition": 1}], acks="all")
     clock.advance(500)
     cluster.run_round()

@@ -1,50 +1,6 @@
-"""pipeline.spark's settings helpers: a bulk round's compiled expressions, and the per-partition
-steps that interpret theirs inside it."""
+"""pipeline.spark's settings helpers and the driver's JVM options."""
 
-import pytest
-
-from pipeline.spark import (COMPILED_EXPRESSIONS, apply_settings, forget_table_logs, per_partition_step,
-                            settings_restored)
-
-MODE = "spark.sql.codegen.factoryMode"
-STAGES = "spark.sql.codegen.wholeStage"
-
-
-@per_partition_step
-def _step(label, df, seen):
-    """A step: records the settings it runs with, pins its result."""
-    seen.append((label, df.sparkSession.conf.get(MODE), df.sparkSession.conf.get(STAGES)))
-    return df.selectExpr("id * 2 AS twice").localCheckpoint()
-
-
-@per_partition_step
-def _failing_step(df):
-    raise RuntimeError("step failed")
-
-
-def test_a_per_partition_step_interprets_inside_a_compiled_block_and_the_block_compiles_again(spark):
-    seen = []
-    df = spark.range(3)
-    own = (spark.conf.get(MODE), spark.conf.get(STAGES))
-    assert own == ("NO_CODEGEN", "false")
-    # the session interprets: the step runs as it is and changes nothing
-    assert [r.twice for r in _step("session", df, seen).collect()] == [0, 2, 4]
-    with settings_restored(spark, COMPILED_EXPRESSIONS):
-        apply_settings(spark, COMPILED_EXPRESSIONS)
-        assert [r.twice for r in _step("bulk", df, seen).collect()] == [0, 2, 4]
-        after = (spark.conf.get(MODE), spark.conf.get(STAGES))
-    assert seen == [("session", "NO_CODEGEN", "false"), ("bulk", "NO_CODEGEN", "false")]
-    assert after == ("FALLBACK", "true")
-    assert (spark.conf.get(MODE), spark.conf.get(STAGES)) == own
-
-
-def test_a_failing_per_partition_step_leaves_the_compiled_settings_in_place(spark):
-    with settings_restored(spark, COMPILED_EXPRESSIONS):
-        apply_settings(spark, COMPILED_EXPRESSIONS)
-        with pytest.raises(RuntimeError, match="step failed"):
-            _failing_step(spark.range(1))
-        assert (spark.conf.get(MODE), spark.conf.get(STAGES)) == ("FALLBACK", "true")
-    assert spark.conf.get(MODE) == "NO_CODEGEN"
+from pipeline.spark import forget_table_logs
 
 
 def test_driver_java_options_name_the_archive_when_setup_made_one_and_c1_for_short_lived_processes(

@@ -30,7 +30,8 @@ def produce_error(is_known: np.ndarray, leader: np.ndarray, acks: np.ndarray, is
 def assign_base_offsets(partition_index: np.ndarray, record_count: np.ndarray, accepted: np.ndarray,
                         leader_leo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each accepted request's base offset (-1 where refused), and each partition's leader LEO after
-    the appends. `leader_leo` is per partition; the rest per request."""
+    the appends. `leader_leo` is per partition; the rest per request, sorted by partition and then
+    in append order."""
     counts = np.where(accepted, record_count, 0).astype(np.int64)
     totals = np.bincount(partition_index, weights=counts, minlength=len(leader_leo)).astype(np.int64)
     before = np.cumsum(counts) - counts  # records of the requests before, all partitions

@@ -1,4 +1,4 @@
-"""Round v2's active round on real Delta tables (pipeline/round_v2.py): the control job, the
+"""The round on real Delta tables (pipeline/round/): the active round's control job, the
 records numbered from each request's base offset and written once per broker, followers taking
 their slice of the same batch; every replica holds the same records at the same offsets."""
 
@@ -9,11 +9,11 @@ from pyspark.sql import functions as F
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control.state import PARTITION_STATE_SCHEMA
 from pipeline.replication import RECORD_OVERHEAD_BYTES
-from pipeline.control_job import produce_results
+from pipeline.round.control_job import produce_results
 from pipeline import Cluster
-from pipeline import round as round_module
-from pipeline import round_v2
-from pipeline.round_v2 import CarryV2, RoundTables, run_active_round
+from pipeline.round import Carry, table_versions
+from pipeline.round import run as round_run
+from pipeline.round.active import RoundTables, run_active_round
 from pipeline.schemas import INBOX_SCHEMA
 
 
@@ -186,11 +186,11 @@ def test_a_request_answered_not_enough_replicas_after_append_is_in_the_leaders_l
     assert log(spark, tables.logs[0]) == [(0, 0, "a0", 1), (0, 1, "a1", 1)]
 
 
-# -- the v2 round as the cluster's round (replication.round=v2) -----------------------------------
+# -- the cluster's round (Cluster.run_round) -----------------------------------------------------
 
 def v2_cluster(new_cluster, clock, topic_config=None, **config):
-    """A v2 cluster with a topic, after its first round (today's: the retention check is due)."""
-    cluster = new_cluster(config={"replication.round": "v2", **config})
+    """A cluster with a topic, after its first round (the retention check is due in it)."""
+    cluster = new_cluster(config=config)
     cluster.create_topic("orders", partitions=2, replication_factor=3,
                          config={"min.insync.replicas": 2, **(topic_config or {})})
     cluster.run_round()
@@ -199,7 +199,8 @@ def v2_cluster(new_cluster, clock, topic_config=None, **config):
 
 
 def ran_v2(cluster):
-    return isinstance(cluster._carry, CarryV2)
+    """The last round was an active one of this process, which left its carry."""
+    return isinstance(cluster._carry, Carry)
 
 
 def test_a_v2_cluster_round_appends_replicates_answers_and_then_idles(spark, new_cluster, clock):
@@ -397,10 +398,10 @@ def test_retention_and_delete_records_run_in_v2_and_followers_take_the_leaders_l
 
 def test_a_v2_round_compacts_replica_state_to_its_current_rows_and_keeps_its_carry(spark, new_cluster, clock,
                                                                                   monkeypatch):
-    monkeypatch.setattr(round_module, "STATE_COMPACTION_MIN_ROWS", 0)
+    monkeypatch.setattr(round_run, "STATE_COMPACTION_MIN_ROWS", 0)
     cluster = v2_cluster(new_cluster, clock)
     storage = cluster.storage
-    assert storage.read("replica_state").count() == 6  # (today's round compacted it too)
+    assert storage.read("replica_state").count() == 6  # (the round compacted it too)
     # each round moves partition 0's replicas: their 3 rows are appended, until the superseded rows
     # are as many as the current ones (6) and the round compacts the table to those
     sizes = []
@@ -412,7 +413,7 @@ def test_a_v2_round_compacts_replica_state_to_its_current_rows_and_keeps_its_car
         sizes.append(storage.read("replica_state").count())
     assert sizes == [9, 6, 9]
     # the carry went on: the table's versions are the ones the carry holds, and the rows are right
-    assert cluster._carry.versions == round_module.table_versions(storage)
+    assert cluster._carry.versions == table_versions(storage)
     assert sorted((r["partition"], r["broker"], r["log_end_offset"], r["high_watermark"])
                   for r in cluster.replicas("orders").collect()) == \
         [(p, b, 3 - 3 * p, 3 - 3 * p) for p in range(2) for b in range(3)]
@@ -442,18 +443,18 @@ def test_a_maintenance_pass_keeps_the_v2_carry_and_another_writers_topic_drops_i
         cluster.produce("orders", [{"value": f"v{i}", "partition": 0}], acks="all")
         clock.advance(100)
         cluster.run_round()
-    storage, before = cluster.storage, round_module.table_versions(cluster.storage)
+    storage, before = cluster.storage, table_versions(cluster.storage)
     report = cluster.maintain()  # compacts files and sets properties: no row changes
     assert {"replica_state", "partitions"} <= set(report.compacted)
-    assert round_module.table_versions(storage) != before
+    assert table_versions(storage) != before
     reads = []
-    read_meta = round_v2._partition_meta
-    monkeypatch.setattr(round_v2, "_partition_meta", lambda *a: reads.append(1) or read_meta(*a))
+    read_meta = round_run.partition_meta
+    monkeypatch.setattr(round_run, "partition_meta", lambda *a: reads.append(1) or read_meta(*a))
     cluster.produce("orders", [{"value": "after", "partition": 1}], acks="all")
     clock.advance(100)
     cluster.run_round()
     # the round went on from its carry: it read neither the partitions nor the topics
-    assert ran_v2(cluster) and reads == [] and cluster._carry.versions == round_module.table_versions(storage)
+    assert ran_v2(cluster) and reads == [] and cluster._carry.versions == table_versions(storage)
     assert {r["partition"]: r["high_watermark"] for r in cluster.describe("orders").collect()} == {0: 3, 1: 1}
     Cluster.open(spark, storage.root, clock=clock).create_topic("other", partitions=1, replication_factor=3)
     clock.advance(100)

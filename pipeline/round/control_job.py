@@ -5,8 +5,7 @@ rules run over each bucket's partitions in one Python task (pipeline/control/fet
 
 A bucket is a fetcher id, as Kafka's AbstractFetcherManager assigns them: partitions hash to one of
 `num.replica.fetchers` fetchers, and each fetcher sends one request per leader, so a response's
-limits apply within a bucket and a bucket's partitions are one Spark task. This module moves to
-pipeline/round/ when the round of today is replaced by the v2 round."""
+limits apply within a bucket and a bucket's partitions are one Spark task."""
 
 from __future__ import annotations
 

@@ -1,179 +1,46 @@
-"""Round v2's active round for the path it covers so far (docs/design.md, "Round v2"): the control
-job, the records numbered and written once per broker, then the control outputs. Two commit
-waves, as DESIGN.md's step 5: the brokers' logs in parallel (one commit each); then the partition
-rows the round changed with the produce results they answer (one commit), so a reader never
-finds an HW or an ack past what the logs hold. It runs beside today's round (jobs/bench_round_v2.py) until it carries every rule."""
+"""The cluster's active round (Cluster.run_round) on its tables: the partition state from the
+last round's carry (or from the partitions and replica_state tables), the controller's wave when
+one is due (controller.py), client quotas, the active round (active.py), then the commits of what
+it changed: the partitions whose ISR changed, the replica_state rows and the produce results
+(the HW and the acks it allows, after the logs), and the rounds row last."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
-from functools import reduce
-from typing import Callable
+from dataclasses import dataclass, replace
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from pipeline import acks as acks_rules
+from pipeline import fetch_session as sessions
+from pipeline.acks import STATUS_PENDING
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control.fetch_session import NO_SESSION, UNKNOWN
-from pipeline.control.state import PARTITION_STATE_SCHEMA, SESSION_ARRAYS
-from pipeline import fetch_session as sessions
-from pipeline import round as round_v1
-from pipeline import acks as acks_rules
-from pipeline.acks import STATUS_PENDING
-from pipeline.controller_wave import ControllerWave, controller_requests_asked, controller_wave, unvalidated_brokers
+from pipeline.control.state import SESSION_ARRAYS
 from pipeline.producer_state import batches_in_leader_log
-from pipeline.control_job import (partition_state_from_tables, pending_requests, produce_results, producer_checks,
-                                  run_control_job, summarise_inbox, with_producer_checks)
-from pipeline.data.append import log_rows
-from pipeline.data.catch_up import lagging_ranges, read_lagging_ranges, with_reads
-from pipeline.round import (CARRIED_TABLES, REQUEST_KEY, RoundInputs, RoundReport, _deferred_requests, _partition_meta,
-                            _pending_results, _read_inbox, _session_figures, table_versions, with_input_versions)
-from pipeline.schemas import (LOG_SCHEMA, NO_LEADER, PARTITION_KEY, PARTITIONS_SCHEMA, PRODUCERS_SCHEMA, REPLICA_STATE_SCHEMA,
-                              RESULTS_SCHEMA, ROUNDS_SCHEMA)
+from pipeline.round.active import Laps, RoundTables, run_active_round
+from pipeline.round.client_quotas import apply_client_quotas, deferred_requests, with_throttle_time
+from pipeline.round.control_job import partition_state_from_tables, produce_results, producer_checks
+from pipeline.round.controller import ControllerWave, controller_requests_asked, controller_wave, unvalidated_brokers
+from pipeline.round.inputs import (CARRIED_TABLES, REQUEST_KEY, RoundInputs, RoundReport,
+                                   rows_changed, session_figures, table_versions, with_input_versions)
+from pipeline.round.reads import log_start_requests, partition_meta, pending_results, read_inbox
+from pipeline.schemas import (NO_LEADER, PARTITION_KEY, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA,
+                              ROUNDS_SCHEMA)
 from pipeline.storage import Storage, is_concurrent_conflict
 
-__all__ = ["RoundTables", "ActiveRound", "run_active_round", "CarryV2", "run_round_v2"]
-
-# append_all([(df, path), ...]): one commit each, at once (Storage.append_all)
-Appender = Callable[[list[tuple[DataFrame, str]]], None]
+__all__ = ["Carry", "run_round"]
 
 
-@dataclass(frozen=True)
-class RoundTables:
-    """Where the round writes: each broker's log, and the partition rows it changed with the
-    produce results they answer (read them with control_job.produce_results)."""
-
-    logs: dict[int, str]
-    partition_state: str | None = None
-    producers: str | None = None  # the idempotent producers' appended batches (with the logs)
+# replica_state is compacted once the rows superseded since its last compaction are at least as
+# many as the current ones, and at least this many (so the amortized cost per round follows the
+# rows a round writes; see Storage.replica_state)
+STATE_COMPACTION_MIN_ROWS = 10_000
 
 
 @dataclass(frozen=True)
-class ActiveRound:
-    state: DataFrame  # the partitions after the round (pinned): the next round's input
-    pending: DataFrame  # the acks=all requests still waiting for the HW (result rows): the next round's too
-    records_appended: int
-    records_replicated: int
-    requests_answered: int
-    # partitions not settled after it (a replica outside the ISR or behind, or HW < LEO): with
-    # none, and no new inbox rows or pending requests, the next round has nothing to do (idle)
-    unsettled: int
-    phases: dict[str, float] = field(default_factory=dict)  # seconds on the driver, by phase
-    figures: dict = field(default_factory=dict)  # control_job.run_control_job's
-
-
-# commit_outputs(rows, figures): the second commit wave, given the control output's rows (with
-# `round_id`) and the round's figures
-OutputsWriter = Callable[[DataFrame, dict], None]
-
-
-def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataFrame | None, ctx: RoundContext,
-                     fetchers: int, tables: RoundTables, append_all: Appender,
-                     commit_outputs: OutputsWriter | None = None, topic_checks: DataFrame | None = None,
-                     lagging_leaders: set[int] | None = None, sequences: DataFrame | None = None,
-                     log_starts: DataFrame | None = None) -> ActiveRound:
-    """One round over `state_df` (the working set's partition state), the round's new inbox rows
-    (with `_commit_version`) and the requests the last round left pending (None: none). The second
-    commit wave writes the partition rows the round changed, with their results, to
-    `tables.partition_state`, or is `commit_outputs`'s.
-
-    `lagging_leaders`: the leaders whose followers may be behind their LEO (the last round's
-    figure of that name; None: unknown, found with a job): their lagging followers read a range of
-    their logs before the control job, which takes it as their first response.
-
-    `sequences`: the idempotent producers' checks of the round's batches (pinned;
-    control_job.producer_checks), None when it has none: a retried batch is answered with the
-    offsets it repeats and not written again, and the batches appended go to `tables.producers`
-    with the logs. `log_starts`: the log start offsets asked of the leaders (topic, partition,
-    requested_lso: delete_records and retention; round.log_start_requests), None: none."""
-    lap = _Laps()
-    read = _lagging_reads(state_df, ctx, tables, lagging_leaders)
-    if read is not None:
-        state_df = with_reads(state_df, read)
-        lap("read lagging ranges")
-    if log_starts is not None:
-        state_df = state_df.join(F.broadcast(log_starts.withColumnRenamed("requested_lso", "requested_log_start_offset")),
-                                 on=PARTITION_KEY, how="left")
-    summary = summarise_inbox(inbox_df, fetchers, topic_checks)
-    if sequences is not None:
-        summary = with_producer_checks(summary, sequences)
-        inbox_df = inbox_df.join(sequences.filter(F.col("outcome") == "duplicate").select(*REQUEST_KEY),
-                                 on=REQUEST_KEY, how="left_anti")
-    if pending_df is not None:
-        summary = summary.unionByName(pending_requests(pending_df, fetchers))
-    control, figures = run_control_job(state_df, summary, ctx)
-    lap("control job")
-    batches = [log_rows(inbox_df, control)] if figures["records_appended"] else []
-    if read is not None:  # what the responses took of it (a follower whose fetch was refused took nothing)
-        taken = (control.select("topic", "partition", F.explode("fetches").alias("f")).filter(~F.col("f.from_batch"))
-                 .select("topic", "partition", F.col("f.broker").alias("broker"), F.col("f.to_offset").alias("_to")))
-        batches.append(read.join(taken, on=["topic", "partition", "broker"], how="inner")
-                       .filter(F.col("offset") < F.col("_to")).drop("_to"))
-    if batches and figures["brokers"]:
-        rows = reduce(DataFrame.unionByName, batches).localCheckpoint()  # pinned once, for every broker
-        lap("number records")
-        appends = [(rows.filter(F.col("broker") == broker).select(*LOG_SCHEMA.fieldNames()), tables.logs[broker])
-                   for broker in sorted(figures["brokers"])]
-        if sequences is not None and figures["records_appended"]:
-            appends.append((_producer_rows(control, sequences, ctx.round_id), tables.producers))
-        append_all(appends)
-        lap("commit logs")
-    state = control.filter(F.col("is_known")).select(*PARTITION_STATE_SCHEMA.fieldNames())
-    rows = control.withColumn("round_id", F.lit(ctx.round_id).cast("long"))
-    if commit_outputs is not None:
-        commit_outputs(rows, figures)
-    elif figures["changed"]:  # the HWs and the acks they allow, in one commit after the logs'
-        append_all([(rows.filter(F.col("is_changed"))
-                     .select(*PARTITION_STATE_SCHEMA.fieldNames(), "is_known", "results", "round_id"),
-                     tables.partition_state)])
-    lap("commit partition rows")
-    pending = produce_results(rows).filter(F.col("status") == STATUS_PENDING).drop("round_id")
-    return ActiveRound(state, pending, figures["records_appended"], figures["records_replicated"],
-                       figures["results"], figures["unsettled"], lap.phases, figures)
-
-
-def _producer_rows(control: DataFrame, sequences: DataFrame, round_id: int) -> DataFrame:
-    """The producers table's rows of the idempotent batches the round appended (their offsets from
-    the control job's results)."""
-    appended = (produce_results(control.withColumn("round_id", F.lit(round_id).cast("long")))
-                .filter(F.col("base_offset").isNotNull()).select(*REQUEST_KEY, "base_offset", "last_offset", "round_id"))
-    return (appended.join(sequences.filter(F.col("outcome") == "append"), on=REQUEST_KEY, how="inner")
-            .select(*PRODUCERS_SCHEMA.fieldNames()))
-
-
-def _lagging_reads(state_df: DataFrame, ctx: RoundContext, tables: RoundTables,
-                   lagging_leaders: set[int] | None) -> DataFrame | None:
-    """The log rows lagging followers read (pinned; `broker` the follower), or None when no leader
-    that serves has a follower behind it."""
-    ranges = lagging_ranges(state_df, ctx.fetching_brokers, ctx.ineligible_brokers)
-    if lagging_leaders is None:  # (O(brokers) rows)
-        lagging_leaders = {r["leader"] for r in ranges.select("leader").distinct().collect()}
-    leaders = sorted(b for b in lagging_leaders if b in tables.logs and b not in ctx.ineligible_brokers)
-    if not leaders:
-        return None
-    spark = state_df.sparkSession
-    return read_lagging_ranges(ranges, leaders, lambda broker: spark.read.format("delta").load(tables.logs[broker]),
-                               ctx.partition_max_bytes).localCheckpoint()
-
-
-class _Laps:
-    """Seconds between calls, by the name of the phase that just ended."""
-
-    def __init__(self) -> None:
-        self.phases: dict[str, float] = {}
-        self.mark = time.perf_counter()
-
-    def __call__(self, phase: str) -> None:
-        now = time.perf_counter()
-        self.phases[phase] = now - self.mark
-        self.mark = now
-
-
-# -- the v2 round as the cluster's round (replication.round=v2) -------------------------------------
-
-@dataclass(frozen=True)
-class CarryV2:
+class Carry:
     """What a v2 round leaves to the next round of the same process: the partition state and the
     pending requests after it (pinned), and the versions of round.CARRIED_TABLES they equal (the
     next round uses them only while nobody else wrote those tables)."""
@@ -286,18 +153,19 @@ def _last_fetches(inputs: RoundInputs) -> tuple[tuple[int, int], ...]:
     return tuple((b, int(ms)) for b, ms in sorted(last.items()) if ms is not None)
 
 
-def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry: CarryV2 | None
-                 ) -> tuple[RoundReport, CarryV2]:
+def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry: Carry | None
+                 ) -> tuple[RoundReport, Carry]:
     """One round of the cluster by round v2 on today's tables: the partition state from the carry
     (or from the partitions and replica_state tables), the control job, the records written once
     per broker, then the partitions whose ISR changed, the replica_state rows and the results the
     round changed (the HW and the acks it allows, after the logs), and the rounds row last."""
     started = time.perf_counter()
+    lap = Laps()
     inputs = with_input_versions(storage, inputs)
     config = inputs.cluster_config
     seen = table_versions(storage)
     # (commits that changed no row, a maintenance pass's, keep the carry: round._rows_changed)
-    if carry is not None and round_v1._rows_changed(storage, carry.versions, seen):
+    if carry is not None and rows_changed(storage, carry.versions, seen):
         carry = None
     fetchers = int(config["num.replica.fetchers"])
     down = set((inputs.controller or {}).get("down") or [])
@@ -313,6 +181,7 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
                                              c.session_id) for c in inputs.contexts),
                        **_replication_budgets(inputs))
     wave, unvalidated = _controller_wave_if_due(spark, storage, inputs, carry, ctx)
+    lap("controller wave" if wave is not None else "controller check")
     if wave is not None:  # (its commits are the round's own: the versions after them are the ones read)
         carry, seen = None, table_versions(storage)
     if carry is not None:
@@ -320,25 +189,26 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
         topic_checks = carry.topic_checks
     else:
         state_table_rows = storage.read("replica_state").count()  # (before this round appends to it)
-        topics = _topic_config(_partition_meta(storage, config) if wave is None else wave.meta)
+        topics = _topic_config(partition_meta(storage, config) if wave is None else wave.meta)
         state = partition_state_from_tables(topics, storage.replica_state() if wave is None else wave.replica_rows,
                                             fetchers)
-        pending = _pending_results(storage, inputs.last_pending_requests).localCheckpoint()
+        pending = pending_results(storage, inputs.last_pending_requests).localCheckpoint()
         topic_checks = topics.select(*_TOPIC_CHECKS).distinct().localCheckpoint()
         unvalidated = wave.unvalidated if wave is not None else unvalidated
     failed = None
     if wave is not None and wave.new_leaders is not None:  # (acks.fail_on_leader_change)
         failed = acks_rules.fail_on_leader_change(pending, wave.new_leaders).localCheckpoint()
         pending = pending.join(failed.select(*REQUEST_KEY), on=REQUEST_KEY, how="left_anti").localCheckpoint()
-    inbox, inbox_version = _read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
+    lap("read state" if carry is None else "carried state")
+    inbox, inbox_version = read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
     # client quotas (KIP-13's producer_byte_rate): the requests served this round, of the new ones
     # and those that waited (round._client_quotas; no Spark job without a quota or a waiting request)
-    deferred = carry.deferred if carry is not None else _deferred_requests(storage, inputs.last_throttled_requests)
-    inbox, quota = round_v1._client_quotas(spark, inbox, deferred, inputs)
+    deferred = carry.deferred if carry is not None else deferred_requests(storage, inputs.last_throttled_requests)
+    inbox, quota = apply_client_quotas(spark, inbox, deferred, inputs)
     idempotent = _has_idempotent_rows(storage, inputs) or (
         deferred is not None and bool(inbox.filter(F.col("producer_id").isNotNull()).limit(1).count()))
     sequences = _sequences(storage, inbox, state, topic_checks) if idempotent else None
-    log_starts, admin_version = round_v1.log_start_requests(
+    log_starts, admin_version = log_start_requests(
         storage, inputs, _retention_leaders(state, topic_checks, down) if inputs.retention_due else None)
     tables = RoundTables(logs={b: storage.log_path(b) for b in inputs.brokers}, producers=storage.path("producers"))
     wrote = {}
@@ -364,7 +234,7 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
         if figures["changed"] or wave is not None:
             answers.append((_replica_state_rows(changed), storage.path("replica_state")))
         if figures["results"] or failed is not None or quota.waiting_results is not None:
-            written = round_v1._with_throttle_time(written, quota.held).select(*RESULTS_SCHEMA.fieldNames())
+            written = with_throttle_time(written, quota.held).select(*RESULTS_SCHEMA.fieldNames())
             if quota.waiting_results is not None:  # (a request waiting for its quota has no throttle time yet)
                 written = written.unionByName(quota.waiting_results.select(*RESULTS_SCHEMA.fieldNames()))
             answers.append((written, storage.path("results")))
@@ -376,12 +246,15 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
                      results=int(bool(figures["results"] or failed is not None
                                       or quota.waiting_results is not None)))
 
+    lap("inbox, quotas, sequences and log starts")
     active = run_active_round(_with_throttle_listing(state, topic_checks) if ctx.throttled else state,
                               inbox, pending, ctx, fetchers, tables,
                               lambda appends: storage.append_all(appends, inputs.round_id),
                               commit_outputs=commit_outputs, topic_checks=topic_checks,
                               lagging_leaders=carry.lagging_leaders if carry is not None else None,
                               sequences=sequences, log_starts=log_starts)
+    lap.phases.update(active.phases)
+    lap.mark = time.perf_counter()
     figures = active.figures
     added = figures["session_partitions_added"]
     # (KIP-227: an incremental request adds partitions new to its session, and forgets those whose
@@ -404,17 +277,19 @@ def run_round_v2(spark: SparkSession, storage: Storage, inputs: RoundInputs, car
             "isr_expands", "under_replicated_partitions", "under_min_isr_partitions", "at_min_isr_partitions",
             "offline_partitions", "max_lag", "pending_requests")},
         duration_ms=int((time.perf_counter() - started) * 1000), batch_id=inputs.batch_id,
-        **_session_figures(inputs, after, handles), throttled_requests=quota.waiting,
-        client_quota_bytes=quota.recorded, throttled_bytes=figures["throttled_bytes"])
+        **session_figures(inputs, after, handles), throttled_requests=quota.waiting,
+        client_quota_bytes=quota.recorded, throttled_bytes=figures["throttled_bytes"], phases=lap.phases)
     storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds",
                          inputs.round_id)
+    lap("commit rounds row")
     table_rows = state_table_rows + figures["changed_replicas"]
     at = seen[CARRIED_TABLES.index("replica_state")] + wrote.get("replica_state", 0)
     if _compact_state(storage, active.state, figures["replicas"], table_rows, inputs.round_id, at):
         table_rows = figures["replicas"]
         wrote["replica_state"] = wrote.get("replica_state", 0) + 1
+    lap("compact replica_state")
     versions = tuple(v + wrote.get(table, 0) for table, v in zip(CARRIED_TABLES, seen))
-    return report, CarryV2(versions, active.state, active.pending, set(figures["lagging_leaders"]), table_rows,
+    return report, Carry(versions, active.state, active.pending, set(figures["lagging_leaders"]), table_rows,
                            topic_checks, unvalidated, quota.deferred, bool(figures["isr_expands"]))
 
 
@@ -440,7 +315,7 @@ def _with_throttle_listing(state: DataFrame, topic_checks: DataFrame) -> DataFra
             .drop("leader_throttled_replicas", "follower_throttled_replicas"))
 
 
-def _controller_wave_if_due(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry: CarryV2 | None,
+def _controller_wave_if_due(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry: Carry | None,
                             ctx: RoundContext) -> tuple[ControllerWave | None, frozenset[int]]:
     """The controller's wave (controller_wave.py) when the round has one: a broker to fence or
     unfence, a preferred leader election or a reassignment asked, a reassignment in progress that
@@ -465,7 +340,7 @@ def _compact_state(storage: Storage, state: DataFrame, current_rows: int, table_
     today's round does it): the rows of the partition state after the round, written instead of
     read again while the table is at `version` (this round's commits on the version it read);
     whether a compaction was committed."""
-    if table_rows - current_rows < max(current_rows, round_v1.STATE_COMPACTION_MIN_ROWS):
+    if table_rows - current_rows < max(current_rows, STATE_COMPACTION_MIN_ROWS):
         return False
     rows = _replica_state_rows(state.withColumn("round_id", F.lit(round_id).cast("long")))
     try:
