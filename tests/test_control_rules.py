@@ -298,3 +298,9 @@ def test_base_offsets_from_the_leaders_leo_in_produce_order():
 def test_the_leaders_log_start_offset_moves_to_the_request_within_the_hw():
     # current 2, HW 5: asked 7 (to the HW), 1 (stays), none (stays), 4 (moves)
     assert maybe_increment_log_start_offset(A([2] * 4), A([5] * 4), A([7, 1, -1, 4])).tolist() == [5, 2, 2, 4]
+
+
+def test_lookup_finds_each_wanted_key_in_unsorted_keys_and_gives_missing_elsewhere():
+    from pipeline.control.state import lookup
+    assert lookup(A([5, 1, 3]), A([50, 10, 30]), A([[1, 2], [3, 5]]), -1).tolist() == [[10, -1], [30, 50]]
+    assert lookup(A([], dtype=np.int64), A([], dtype=np.int64), A([1, 2]), 7).tolist() == [7, 7]

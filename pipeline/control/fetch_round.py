@@ -19,6 +19,7 @@ reached the leader's LEO before the round."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,10 +34,10 @@ from pipeline.control.fetch_session import (NO_SESSION, UNKNOWN, CachedPartition
 from pipeline.control.leader_append import assign_base_offsets, produce_error
 from pipeline.control.log_start import follower_log_start_offset, maybe_increment_log_start_offset
 from pipeline.control.partition import maybe_expand_isr, maybe_increment_leader_hw, out_of_sync_replicas
-from pipeline.control.replication_quota import UNLIMITED, bytes_drawn, within_replication_quotas
+from pipeline.control.replication_quota import ReplicationBudgets
 from pipeline.control.replica import (FetchState, effective_fetch_state, is_caught_up, reset_replica_state,
                                       update_fetch_state)
-from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REPLICA_ARRAYS, SESSION_ARRAYS, as_lists, padded
+from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REPLICA_ARRAYS, SESSION_ARRAYS, as_lists, lookup, padded
 from pipeline.schemas import NO_LEADER
 
 __all__ = ["RoundContext", "SessionFigures", "fetch_round", "fetch_round_and_sessions"]
@@ -144,8 +145,10 @@ class _Partitions:
                                 if f"{side}_throttle_listed" in state.column_names
                                 else np.zeros(self.brokers.shape, dtype=bool) for side in ("leader", "follower")}
 
+    @functools.cached_property
     def fetcher_requests(self) -> np.ndarray:
-        """Per replica, its fetcher's request to its leader (a dense id per fetcher and leader)."""
+        """Per replica, its fetcher's request to its leader (a dense id per fetcher and leader;
+        brokers, leaders and buckets do not change within a round)."""
         pair = _pair(self.brokers, self.leader[:, None])
         if not pair.size:
             return np.zeros(pair.shape, dtype=np.int64)
@@ -175,12 +178,8 @@ class _Partitions:
                      np.array([leader for _, leader, _, _ in ctx.fetch_contexts]))
         kinds = np.array([_KINDS[kind] for _, _, kind, _ in ctx.fetch_contexts])
         ids = np.array([sid for _, _, _, sid in ctx.fetch_contexts], dtype=np.int64)
-        order = np.argsort(keys)
-        keys, kinds, ids = keys[order], kinds[order], ids[order]
         pair = _pair(self.brokers, self.leader[:, None])
-        at = np.clip(np.searchsorted(keys, pair), 0, len(keys) - 1)
-        found = keys[at] == pair
-        return np.where(found, kinds[at], _NONE), np.where(found, ids[at], NO_SESSION)
+        return lookup(keys, kinds, pair, _NONE), lookup(keys, ids, pair, NO_SESSION)
 
     def cache(self) -> CachedPartitions:
         a = self.arrays
@@ -218,13 +217,10 @@ class _Partitions:
         if not ctx.broker_last_fetch_ms:
             return
         brokers, times = (np.array(v, dtype=np.int64) for v in zip(*ctx.broker_last_fetch_ms))
-        order = np.argsort(brokers)
-        brokers, times = brokers[order], times[order]
-        at = np.clip(np.searchsorted(brokers, self.brokers), 0, len(brokers) - 1)
-        known = brokers[at] == self.brokers
-        quiescent = (self.exists & ~self.is_leader & known
+        last_fetch = lookup(brokers, times, self.brokers, -1)
+        quiescent = (self.exists & ~self.is_leader & (last_fetch >= 0)
                      & (self.arrays["fetch_offset"] >= self.leader_leo[:, None]))
-        after = effective_fetch_state(self.fetch_state(), quiescent, np.where(known, times[at], 0),
+        after = effective_fetch_state(self.fetch_state(), quiescent, np.maximum(last_fetch, 0),
                                       self.leader_leo[:, None])
         self.set_fetch_state(after)
 
@@ -351,45 +347,8 @@ def _take(values: np.ndarray, at: np.ndarray, where: np.ndarray, otherwise: np.n
     return out
 
 
-class _Quotas:
-    """The round's replication budgets left (KIP-73; RoundContext.leader_budgets and
-    follower_budgets) and the bytes each throttled broker drew on its own."""
-
-    def __init__(self, ctx: RoundContext) -> None:
-        self.left = {"leader": dict(ctx.leader_budgets), "follower": dict(ctx.follower_budgets)}
-        self.drawn: dict[tuple[str, int], int] = {}
-
-    def _budget(self, side: str, brokers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Whether each of `brokers` has a budget on `side`, and what it has left."""
-        keys = np.array(sorted(self.left[side]), dtype=np.int64)
-        if not len(keys):
-            return np.zeros(brokers.shape, dtype=bool), np.full(brokers.shape, UNLIMITED, dtype=np.int64)
-        values = np.array([self.left[side][k] for k in keys.tolist()], dtype=np.int64)
-        at = np.clip(np.searchsorted(keys, brokers), 0, len(keys) - 1)
-        has = keys[at] == brokers
-        return has, np.where(has, values[at], UNLIMITED)
-
-    def carried(self, parts: _Partitions, rows: np.ndarray, cols: np.ndarray, taken: np.ndarray,
-                unit_fetch: np.ndarray, unit_bytes: np.ndarray) -> np.ndarray:
-        """Which `taken` units of the fetches (rows, cols) the budgets let through, drawn on them."""
-        leader, broker = parts.leader[rows].astype(np.int64), parts.brokers[rows, cols].astype(np.int64)
-        out_of_sync = ~parts.in_isr[rows, cols]  # (a replica in the ISR is never throttled)
-        leader_col = np.argmax(parts.is_leader, axis=1)[rows]
-        (leader_has, leader_left), (follower_has, follower_left) = self._budget("leader", leader), \
-            self._budget("follower", broker)
-        throttled = (parts.throttle_listed["leader"][rows, leader_col] & out_of_sync & leader_has,
-                     parts.throttle_listed["follower"][rows, cols] & out_of_sync & follower_has)
-        carried = within_replication_quotas(taken, unit_fetch, unit_bytes, leader, broker, throttled,
-                                            (leader_left, follower_left))
-        for side, by, flags in (("leader", leader, throttled[0]), ("follower", broker, throttled[1])):
-            for owner, n in bytes_drawn(carried, unit_fetch, unit_bytes, by, flags).items():
-                self.left[side][owner] -= n
-                self.drawn[(side, owner)] = self.drawn.get((side, owner), 0) + n
-        return carried
-
-
 def _respond(parts: _Partitions, appends: _Appends, fetched: np.ndarray, reads: _Reads, readable: np.ndarray,
-             skip: tuple[np.ndarray, np.ndarray], reach: np.ndarray, ctx: RoundContext, quotas: _Quotas | None
+             skip: tuple[np.ndarray, np.ndarray], reach: np.ndarray, ctx: RoundContext, quotas: ReplicationBudgets | None
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One fetch's responses to the `fetched` followers (each pair of follower and leader one
     request), within the fetch limits: each partition's log from the follower's fetch offset, which
@@ -402,7 +361,7 @@ def _respond(parts: _Partitions, appends: _Appends, fetched: np.ndarray, reads: 
     rows, cols = np.nonzero(fetched)
     if len(rows) == 0:
         return read_taken, batches, records
-    fetcher_request = parts.fetcher_requests()[rows, cols]
+    fetcher_request = parts.fetcher_requests[rows, cols]
     # Kafka's fetcher moves partitions that returned data to the back: the request's order is the
     # last round each partition returned data, then the partition (rows are sorted by it)
     order = np.lexsort((rows, parts.arrays["last_data_round"][rows, cols], fetcher_request))
@@ -421,8 +380,12 @@ def _respond(parts: _Partitions, appends: _Appends, fetched: np.ndarray, reads: 
                           _take(appends.batch_bytes, batch_at, ~is_read, 0))
     taken = batches_taken(request, _partition_limits(parts.brokers[rows, cols], ctx), unit_fetch, unit_bytes,
                           ctx.response_max_bytes)
-    if quotas is not None:
-        taken = quotas.carried(parts, rows, cols, taken, unit_fetch, unit_bytes)
+    if quotas is not None:  # (a replica in the ISR is never throttled)
+        leader_col = np.argmax(parts.is_leader, axis=1)[rows]
+        taken = quotas.carried(taken, unit_fetch, unit_bytes, parts.leader[rows].astype(np.int64),
+                               parts.brokers[rows, cols].astype(np.int64), ~parts.in_isr[rows, cols],
+                               (parts.throttle_listed["leader"][rows, leader_col],
+                                parts.throttle_listed["follower"][rows, cols]))
     at = (rows[unit_fetch[taken]], cols[unit_fetch[taken]])
     np.add.at(read_taken, at, is_read[taken])
     np.add.at(batches, at, ~is_read[taken])
@@ -492,7 +455,7 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
     reads = _Reads(state, fetched.shape)
     readable = np.where(lagging, reads.count, 0)
     reach = ~lagging | (reads.end_after(readable, zero) >= parts.leader_leo[:, None])
-    quotas = _Quotas(ctx) if ctx.throttled else None
+    quotas = ReplicationBudgets(ctx.leader_budgets, ctx.follower_budgets) if ctx.throttled else None
     read_first, batches_first, batch_records = _respond(parts, appends, fetched, reads, readable, (zero, zero),
                                                         reach, ctx, quotas)
     first = read_first + batch_records
@@ -509,7 +472,7 @@ def fetch_round_and_sessions(state: pa.Table, requests: pa.Table, ctx: RoundCont
     parts.arrays["last_data_round"] = last_data_round
     # 3. the follow-up: every follower whose response carried records fetches again at once, in its
     # session an incremental request (the partitions whose fetch offset moved) and response
-    request = parts.fetcher_requests()
+    request = parts.fetcher_requests
     follow = fetched & np.isin(request, request[got])
     offered = parts.arrays["fetch_offset"]
     requested_again = follow & np.where(sessioned, request_carries(cache.session_id == session, leo_after, offered,

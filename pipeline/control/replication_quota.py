@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["UNLIMITED", "within_replication_quotas", "bytes_drawn"]
+from pipeline.control.state import lookup
+
+__all__ = ["UNLIMITED", "within_replication_quotas", "bytes_drawn", "ReplicationBudgets"]
 
 UNLIMITED = np.iinfo(np.int64).max
 
@@ -71,3 +73,36 @@ def bytes_drawn(carried: np.ndarray, unit_fetch: np.ndarray, unit_bytes: np.ndar
     owners, at = np.unique(by[unit_fetch[drawn]], return_inverse=True)
     totals = np.bincount(at, weights=unit_bytes[drawn]).astype(np.int64)
     return dict(zip(owners.tolist(), totals.tolist()))
+
+
+class ReplicationBudgets:
+    """A round's replication budgets left (KIP-73: (broker, bytes) per side, a broker without one
+    unlimited), drawn on response by response, and the bytes each throttled broker drew."""
+
+    def __init__(self, leader_budgets: tuple[tuple[int, int], ...], follower_budgets: tuple[tuple[int, int], ...]
+                 ) -> None:
+        self.left = {"leader": dict(leader_budgets), "follower": dict(follower_budgets)}
+        self.drawn: dict[tuple[str, int], int] = {}
+
+    def _budget(self, side: str, brokers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each of `brokers` has a budget on `side`, and what it has left."""
+        none = np.iinfo(np.int64).min
+        keys = np.array(list(self.left[side]), dtype=np.int64)
+        left = lookup(keys, np.array(list(self.left[side].values()), dtype=np.int64), brokers, none)
+        return left != none, np.where(left != none, left, UNLIMITED)
+
+    def carried(self, taken: np.ndarray, unit_fetch: np.ndarray, unit_bytes: np.ndarray, leader: np.ndarray,
+                broker: np.ndarray, out_of_sync: np.ndarray, listed: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        """Which `taken` units the budgets let through, drawn on them. Per fetch: its `leader` and
+        follower `broker`, whether the replica is out of the ISR, and whether its topic's throttled
+        replica lists name it (leader side, follower side)."""
+        (leader_has, leader_left), (follower_has, follower_left) = self._budget("leader", leader), \
+            self._budget("follower", broker)
+        throttled = (listed[0] & out_of_sync & leader_has, listed[1] & out_of_sync & follower_has)
+        carried = within_replication_quotas(taken, unit_fetch, unit_bytes, leader, broker, throttled,
+                                            (leader_left, follower_left))
+        for side, by, flags in (("leader", leader, throttled[0]), ("follower", broker, throttled[1])):
+            for owner, n in bytes_drawn(carried, unit_fetch, unit_bytes, by, flags).items():
+                self.left[side][owner] -= n
+                self.drawn[(side, owner)] = self.drawn.get((side, owner), 0) + n
+        return carried

@@ -13,7 +13,7 @@ from pipeline.schemas import PARTITION_KEY, PARTITIONS_SCHEMA, RESULTS_SCHEMA
 from pyspark.sql.types import ArrayType, BooleanType, IntegerType, LongType, StringType, StructField, StructType
 
 __all__ = ["PARTITION_STATE_SCHEMA", "REPLICA_ARRAYS", "SESSION_ARRAYS", "REQUEST_SUMMARY_SCHEMA", "RESULT_TYPE", "FETCH_TYPE",
-           "CONTROL_OUTPUT_SCHEMA", "padded", "as_lists"]
+           "CONTROL_OUTPUT_SCHEMA", "padded", "lookup", "as_lists"]
 
 
 def _fields(*fields: tuple) -> list[StructField]:
@@ -126,3 +126,14 @@ def as_lists(matrix: np.ndarray, keep: np.ndarray, value_type: pa.DataType) -> p
     lengths = keep.sum(axis=1)
     offsets = np.r_[0, np.cumsum(lengths)].astype(np.int32)
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(matrix[keep], type=value_type))
+
+
+def lookup(keys: np.ndarray, values: np.ndarray, wanted: np.ndarray, missing: int) -> np.ndarray:
+    """values[i] where keys[i] == each of `wanted` (any shape), `missing` where no key is (keys
+    unique, in any order)."""
+    if not len(keys):
+        return np.full(np.shape(wanted), missing, dtype=np.asarray(values).dtype if len(values) else np.int64)
+    order = np.argsort(keys)
+    keys, values = np.asarray(keys)[order], np.asarray(values)[order]
+    at = np.clip(np.searchsorted(keys, wanted), 0, len(keys) - 1)
+    return np.where(keys[at] == wanted, values[at], missing)
