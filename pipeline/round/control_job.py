@@ -89,7 +89,9 @@ def summarise_inbox(inbox_df: DataFrame, fetchers: int, topic_checks: DataFrame 
     if topic_checks is None:
         too_large, keyless = F.lit(False), F.lit(False)
     else:
-        inbox_df = inbox_df.join(F.broadcast(topic_checks.select("topic", "message_max_bytes", "compact")),
+        # (a sort-merge join, never a broadcast: Spark broadcasts the small pinned checks by itself,
+        # and a broadcast is a Spark job of its own, where the join's stages are the control job's)
+        inbox_df = inbox_df.join(topic_checks.select("topic", "message_max_bytes", "compact").hint("merge"),
                                  on="topic", how="left")
         too_large = F.coalesce(size > F.col("message_max_bytes"), F.lit(False))
         keyless = F.coalesce(F.col("compact") & F.col("key").isNull(), F.lit(False))
