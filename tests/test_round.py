@@ -10,7 +10,6 @@ from pipeline.control.fetch_round import RoundContext
 from pipeline.control.state import PARTITION_STATE_SCHEMA
 from pipeline.replication import RECORD_OVERHEAD_BYTES
 from pipeline.round.control_job import produce_results
-from pipeline import Cluster
 from pipeline.round import Carry, table_versions
 from pipeline.round import run as round_run
 from pipeline.round.active import RoundTables, run_active_round
@@ -434,34 +433,6 @@ def test_the_idempotence_probe_reads_the_inbox_commits_statistics(spark, new_clu
     # a commit whose log file is gone (cleaned up after a checkpoint) tells nothing
     (Path(storage.path("inbox")) / "_delta_log" / f"{plain:020d}.json").unlink()
     assert storage.null_in_commits("inbox", start, plain, "producer_id") is None
-
-
-def test_a_maintenance_pass_keeps_the_v2_carry_and_another_writers_topic_drops_it(spark, new_cluster, clock,
-                                                                                  monkeypatch):
-    cluster = v2_cluster(new_cluster, clock, **{"log.maintenance.min.files": 2})
-    for i in range(3):
-        cluster.produce("orders", [{"value": f"v{i}", "partition": 0}], acks="all")
-        clock.advance(100)
-        cluster.run_round()
-    storage, before = cluster.storage, table_versions(cluster.storage)
-    report = cluster.maintain()  # compacts files and sets properties: no row changes
-    assert {"replica_state", "partitions"} <= set(report.compacted)
-    assert table_versions(storage) != before
-    reads = []
-    read_meta = round_run.partition_meta
-    monkeypatch.setattr(round_run, "partition_meta", lambda *a: reads.append(1) or read_meta(*a))
-    cluster.produce("orders", [{"value": "after", "partition": 1}], acks="all")
-    clock.advance(100)
-    cluster.run_round()
-    # the round went on from its carry: it read neither the partitions nor the topics
-    assert ran_v2(cluster) and reads == [] and cluster._carry.versions == table_versions(storage)
-    assert {r["partition"]: r["high_watermark"] for r in cluster.describe("orders").collect()} == {0: 3, 1: 1}
-    Cluster.open(spark, storage.root, clock=clock).create_topic("other", partitions=1, replication_factor=3)
-    clock.advance(100)
-    cluster.produce("other", [{"value": "x", "partition": 0}], acks="all")
-    cluster.run_round()
-    assert ran_v2(cluster) and reads == [1]
-    assert {r["partition"]: r["high_watermark"] for r in cluster.describe("other").collect()} == {0: 1}
 
 
 def test_a_leader_crash_elects_in_v2_and_the_old_leader_truncates_its_diverging_suffix_when_it_returns(
