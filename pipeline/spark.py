@@ -10,12 +10,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from pipeline.jvm_lookups import convert_lists_in_bulk, remember_jvm_lookups, remember_named_columns
 
 __all__ = ["get_spark", "delta_jars", "SparkSetupError", "COMPILED_EXPRESSIONS", "settings_restored", "apply_settings",
-           "forget_table_logs"]
+           "forget_table_logs", "without_size_estimate"]
 
 remember_jvm_lookups()  # every process that imports the pipeline: see jvm_lookups.py
 remember_named_columns()
@@ -204,3 +204,16 @@ def get_spark(master: str | None = None, app_name: str = "replog", extra: dict |
             "--properties-file conf/spark-defaults.conf (or --jars with the jars in .cache/jars).")
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def without_size_estimate(pinned: DataFrame) -> DataFrame:
+    """`pinned` (a localCheckpoint) as a plan that carries no size estimate (Spark's default).
+    localCheckpoint keeps the estimate of the plan it pinned, and a join's estimate is the product
+    of its sides': a round's output, pinned from a plan over the last round's output joined with
+    what was read from it, squared the estimate every round, until estimating a plan
+    ran the driver out of memory (a follower catching up ten records a round, the carry kept).
+    No Spark job: the pinned blocks are read as they are."""
+    jdf = pinned._jdf
+    session = pinned.sparkSession
+    return DataFrame(session._jsparkSession.internalCreateDataFrame(jdf.queryExecution().toRdd(), jdf.schema(), False),
+                     session)

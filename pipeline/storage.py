@@ -551,6 +551,19 @@ class Storage:
             stream.close()
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
+    def version_of_own_commits(self, table: str, after: int, round_id: int) -> int | None:
+        """The table's newest version when every commit to it after version `after` is round
+        `round_id`'s (its commit tag), else None: another writer committed meanwhile. Counting a
+        round's own commits instead would be wrong when it appended no rows: Delta records no
+        commit for that (its skipRecordingEmptyCommits)."""
+        newest = self.version(table)
+        path = self.path(table)
+        for version in range(after + 1, newest + 1):  # (one small log file each, on the driver)
+            info = self.commit_info(path, version)
+            if info is None or parse_tag(info.get("userMetadata")).get(TXN_APP_ID) != str(round_id):
+                return None
+        return newest
+
     def commit_info(self, path: str, version: int) -> dict | None:
         """The commitInfo action of one commit of the table at `path` (see _commit_actions)."""
         actions = self._commit_actions(path, version)

@@ -381,3 +381,33 @@ def test_a_maintenance_pass_over_the_carried_tables_keeps_the_carry_and_another_
     clock.advance(500)
     cluster.run_round()
     assert reads == [1] and committed(cluster, "u") == {0: 0}
+
+
+def test_catch_up_rounds_that_answer_no_request_keep_their_carry(new_cluster, clock, monkeypatch):
+    """Rounds in which a follower only catches up (the acks=all request waits for the HW) append no
+    result row, and Delta records no commit for an append of no rows: the carry's versions are the
+    tables' own, so the next round goes on from it instead of reading the tables. Many such rounds
+    in a row keep it (their plans' size estimates do not grow: spark.without_size_estimate)."""
+    # 5,000 1-byte records, 5 record batches (of 1,024 indexes); a response of 11,000 bytes: the
+    # first round takes two batches (KIP-74: a first batch goes over the limit), each later round
+    # about 1,000 records read from the leader's log, and the request waits until the last
+    cluster = new_cluster(brokers=2, config={"replica.fetch.response.max.bytes": 11_000})
+    cluster.create_topic("t", partitions=1, replication_factor=2)
+    request = cluster.produce("t", [{"value": "v", "partition": 0} for _ in range(5000)], acks="all")
+    clock.advance(100)
+    cluster.run_round()
+    reads = []
+    read_meta = round_run.partition_meta
+    monkeypatch.setattr(round_run, "partition_meta", lambda *a: reads.append(1) or read_meta(*a))
+    caught_up_only = 0
+    while cluster.produce_results().filter(F.col("request_id") == request).first()["status"] == "pending":
+        results_version = cluster.storage.version("results")
+        clock.advance(100)
+        report = cluster.run_round()
+        if report.requests_acked == 0:
+            assert report.records_replicated > 0
+            assert cluster.storage.version("results") == results_version  # (no result row: no commit)
+            caught_up_only += 1
+        assert cluster._carry.versions == table_versions(cluster.storage)
+    assert caught_up_only >= 2 and reads == [] and committed(cluster, "t") == {0: 5000}
+    assert carried_rows(cluster) == current_rows(cluster.storage)

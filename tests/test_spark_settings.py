@@ -40,3 +40,20 @@ def test_forgetting_the_table_logs_empties_deltas_cache_and_the_tables_read_and_
     assert delta_log.cacheSize() == 0
     spark.range(3, 5).write.format("delta").mode("append").save(path)
     assert sorted(r.id for r in spark.read.format("delta").load(path).collect()) == [0, 1, 2, 3, 4]
+
+
+def test_a_pinned_frame_without_its_size_estimate_keeps_its_rows_and_runs_no_job(spark):
+    from pyspark.sql import functions as F
+    from pipeline.spark import without_size_estimate
+    pinned = spark.range(5).join(spark.range(5).withColumnRenamed("id", "x"), F.col("id") == F.col("x")) \
+        .localCheckpoint()
+
+    def estimate(df):
+        return int(str(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    assert estimate(pinned) < 2 ** 63 - 1  # (localCheckpoint keeps the estimate of the plan it pinned)
+    scheduler = spark.sparkContext._jsc.sc().dagScheduler()
+    before = int(str(scheduler.nextJobId()))
+    plain = without_size_estimate(pinned)
+    assert int(str(scheduler.nextJobId())) == before
+    assert estimate(plain) == 2 ** 63 - 1  # Spark's default: no product of products across rounds
+    assert sorted(r.id for r in plain.collect()) == [0, 1, 2, 3, 4]

@@ -25,6 +25,7 @@ from pipeline.errors import ErrorCode
 from pipeline.producer_state import check_producer_sequences, producer_batches, retained_batches
 from pipeline.replication import producer_fields_agree, record_size, validate_produce_requests
 from pipeline.schemas import NO_LEADER, REPLICA_KEY
+from pipeline.spark import without_size_estimate
 from pipeline.storage import current_rows
 
 __all__ = ["fetcher_bucket", "partition_state_from_tables", "summarise_inbox", "pending_requests", "producer_checks",
@@ -272,9 +273,9 @@ def run_control_job(state_df: DataFrame, summary_df: DataFrame, ctx: RoundContex
     task = "bucket"
     if ctx.throttled:
         task, state_df, requests = "_task", state_df.withColumn("_task", F.lit(0)), requests.withColumn("_task", F.lit(0))
-    control = (state_df.groupBy(task).cogroup(requests.groupBy(task))
-               .applyInArrow(partial(_bucket_rules, ctx, figures), CONTROL_OUTPUT_SCHEMA)
-               .localCheckpoint())
+    control = without_size_estimate(state_df.groupBy(task).cogroup(requests.groupBy(task))
+                                    .applyInArrow(partial(_bucket_rules, ctx, figures), CONTROL_OUTPUT_SCHEMA)
+                                    .localCheckpoint())
     totals = {name: 0 for name in _COUNTS}
     totals.update(max_lag=0, brokers=set(), lagging_leaders=set(), followed_up_sessions=set(),
                   session_partitions_added={}, log_start_brokers=set(), throttled_bytes={})

@@ -45,7 +45,7 @@ class Carry:
     pending requests after it (pinned), and the versions of round.CARRIED_TABLES they equal (the
     next round uses them only while nobody else wrote those tables)."""
 
-    versions: tuple[int, ...]
+    versions: tuple[int | None, ...]  # None: another writer committed to that table during the round
     state: DataFrame
     pending: DataFrame  # results rows still pending (without round_id)
     lagging_leaders: set[int]  # leaders with a follower behind their LEO after the round
@@ -164,8 +164,9 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
     inputs = with_input_versions(storage, inputs)
     config = inputs.cluster_config
     seen = table_versions(storage)
-    # (commits that changed no row, a maintenance pass's, keep the carry: round._rows_changed)
-    if carry is not None and rows_changed(storage, carry.versions, seen):
+    # (commits that changed no row, a maintenance pass's, keep the carry: inputs.rows_changed; a
+    # version None: another writer committed during the last round)
+    if carry is not None and (None in carry.versions or rows_changed(storage, carry.versions, seen)):
         carry = None
     fetchers = int(config["num.replica.fetchers"])
     down = set((inputs.controller or {}).get("down") or [])
@@ -211,7 +212,6 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
     log_starts, admin_version = log_start_requests(
         storage, inputs, _retention_leaders(state, topic_checks, down) if inputs.retention_due else None)
     tables = RoundTables(logs={b: storage.log_path(b) for b in inputs.brokers}, producers=storage.path("producers"))
-    wrote = {}
 
     def commit_outputs(rows: DataFrame, figures: dict) -> None:
         round_id = inputs.round_id
@@ -241,10 +241,6 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
         storage.append_all(answers, round_id)
         for broker in sorted(figures["log_start_brokers"]):  # (after the logs and the HW: today's order)
             storage.delete_log_prefixes(broker, _log_starts_of(rows, broker), round_id)
-        wrote.update(partitions=int(bool(figures["isr_changes"])),
-                     replica_state=int(bool(figures["changed"] or wave is not None)),
-                     results=int(bool(figures["results"] or failed is not None
-                                      or quota.waiting_results is not None)))
 
     lap("inbox, quotas, sequences and log starts")
     active = run_active_round(_with_throttle_listing(state, topic_checks) if ctx.throttled else state,
@@ -283,12 +279,14 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
                          inputs.round_id)
     lap("commit rounds row")
     table_rows = state_table_rows + figures["changed_replicas"]
-    at = seen[CARRIED_TABLES.index("replica_state")] + wrote.get("replica_state", 0)
-    if _compact_state(storage, active.state, figures["replicas"], table_rows, inputs.round_id, at):
+    # (the carried state is the tables' rows at the versions of the round's own commits after the
+    # ones it read; an append of no rows is no commit)
+    at = storage.version_of_own_commits("replica_state", seen[CARRIED_TABLES.index("replica_state")], inputs.round_id)
+    if _compact_state(storage, active.state, figures["replicas"], table_rows, inputs.round_id,
+                      -1 if at is None else at):
         table_rows = figures["replicas"]
-        wrote["replica_state"] = wrote.get("replica_state", 0) + 1
     lap("compact replica_state")
-    versions = tuple(v + wrote.get(table, 0) for table, v in zip(CARRIED_TABLES, seen))
+    versions = tuple(storage.version_of_own_commits(table, v, inputs.round_id) for table, v in zip(CARRIED_TABLES, seen))
     return report, Carry(versions, active.state, active.pending, set(figures["lagging_leaders"]), table_rows,
                            topic_checks, unvalidated, quota.deferred, bool(figures["isr_expands"]))
 
