@@ -158,7 +158,7 @@ class Cluster:
                                   f"the cluster at {storage.root} has lost its '{table}' table ({storage.path(table)} "
                                   "is not a Delta table): restore it from a backup or Delta's history")
         brokers = sorted(r["broker"] for r in storage.read("brokers").select("broker").collect())
-        storage.upgrade()  # a root made by an older release: the tables and columns it lacks
+        storage.upgrade(brokers)  # a root made by an older release: the tables, columns and properties it lacks
         cluster = cls(spark, storage, clock or SystemClock(), with_defaults(json.loads(row["config"])), brokers,
                       views_wanted=views)
         # no round runs while no process has the cluster open: this process's first round (re)starts

@@ -15,7 +15,7 @@ import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -84,13 +84,19 @@ _PROPS = {
     "delta.checkpointInterval": "20",
 }
 _INBOX_PROPS = {**_PROPS, "delta.enableChangeDataFeed": "true", "delta.appendOnly": "true"}
+# Statistics (min, max, nulls) on a table's leading key columns only: what its reads skip files by
+# (a log's topic, partition and offset; replica_state's topic, partition and broker; results'
+# request_id, topic and partition). Delta's default collects them on the first 32 columns, and
+# under the round's interpreted expressions that doubled a replica_state append (jobs/bench_stats.py)
+_KEYED = {"delta.dataSkippingNumIndexedCols": "3"}
 _STATE_PROPS = {**_PROPS, "delta.enableDeletionVectors": "true"}
+_LOG_PROPS = {**_PROPS, **_KEYED}
 
 # The cluster table's property naming the layout of the root's tables. Raise LAYOUT whenever a
 # release adds a cluster table or a column: a root whose cluster table says less (a root made
 # before the property existed says nothing: 0) is brought up to date once, by Storage.upgrade.
 LAYOUT_PROPERTY = "replog.layout"
-LAYOUT = 1
+LAYOUT = 2  # 2: statistics on the key columns of the logs, replica_state and results (_KEYED)
 # the tables later releases added: a root made before one lacks it, and every open creates it then
 LATER_TABLES = ("group_offsets", "elections", "lease", "cleaner", "cleaner_runs", "client_quotas")
 
@@ -99,8 +105,12 @@ def _table_props(name: str) -> dict[str, str]:
     """The Delta properties a cluster table is created with."""
     if name in ("inbox", "admin"):
         return _INBOX_PROPS
-    if name in ("replica_state", "partitions"):
+    if name == "replica_state":
+        return {**_STATE_PROPS, **_KEYED}
+    if name == "partitions":
         return _STATE_PROPS
+    if name == "results":
+        return {**_PROPS, **_KEYED}
     if name == "cluster":
         return {LAYOUT_PROPERTY: str(LAYOUT)}
     return _PROPS
@@ -243,19 +253,41 @@ class Storage:
         value = self.cluster_property(LAYOUT_PROPERTY)
         return int(value) if value is not None else 0
 
-    def upgrade(self) -> dict[str, list[str]]:
+    def ensure_properties(self, path: str, props: dict[str, str]) -> list[str]:
+        """Sets the Delta properties `props` that the table at `path` lacks or holds another value
+        of (a table made by an older release; one commit when any); the keys it set."""
+        have = self.spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
+        current = {r["key"]: r["value"] for r in have}
+        missing = {k: v for k, v in props.items() if current.get(k) != v}
+        if missing:
+            pairs = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
+            self.spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({pairs})")
+        return sorted(missing)
+
+    def upgrade(self, brokers: Iterable[int] = ()) -> dict[str, list[str]]:
         """Brings the root to this release's layout: the LATER_TABLES it lacks are created (a
         check of the file system, on every call), and, when the cluster table says an older
-        layout, every table gets the columns it lacks and the property then says LAYOUT. The
-        columns' check loads each table's Delta log (~0.15 s a table), which a root at LAYOUT skips.
-        Returns table -> what it added (["<table>"] for a created table, else column names)."""
+        layout, every table gets the columns and Delta properties it lacks, and so does each of
+        `brokers`' logs, and the property then says LAYOUT. The check loads each table's Delta log
+        (~0.15 s a table), which a root at LAYOUT skips. Returns table -> what it added
+        (["<table>"] for a created table, else column names and property keys; a log is
+        "log <broker>")."""
         added = {name: ["<table>"] for name in LATER_TABLES if self.ensure(name)}
         if self.layout() >= LAYOUT:
             return added
         for name in CLUSTER_TABLES:
-            columns = [] if name in added or not self._is_table(self.path(name)) else self.ensure_columns(name)
-            if columns:
-                added[name] = columns
+            if name in added or not self._is_table(self.path(name)):
+                continue
+            changes = self.ensure_columns(name)
+            if name != "cluster":  # (its layout property is set last)
+                changes += self.ensure_properties(self.path(name), _table_props(name))
+            if changes:
+                added[name] = changes
+        for broker in brokers:
+            if self._is_table(self.log_path(broker)):
+                keys = self.ensure_properties(self.log_path(broker), _LOG_PROPS)
+                if keys:
+                    added[f"log {broker}"] = keys
         self.set_cluster_property(LAYOUT_PROPERTY, str(LAYOUT))  # (a conflict: the next open checks again)
         return added
 
@@ -290,7 +322,7 @@ class Storage:
         hadoop_path.getFileSystem(self.spark._jsc.hadoopConfiguration()).delete(hadoop_path, True)
 
     def create_log(self, broker: int) -> None:
-        self._create(self.log_path(broker), schemas.LOG_SCHEMA, _PROPS)
+        self._create(self.log_path(broker), schemas.LOG_SCHEMA, _LOG_PROPS)
 
     # -- reads -------------------------------------------------------------------------------
     def read(self, table: str) -> DataFrame:
