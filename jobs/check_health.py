@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ReplogError, SparkSetupError) as err:
         print(f"check_health: {err}", file=sys.stderr)
         return 2
-    counts = spark.sql(f"""
+    counts = spark.sql("""
         SELECT count_if(leader = -1) AS offline, count_if(leader <> -1 AND size(isr) < min_isr) AS under_min_isr,
                count_if(size(isr) < size(replicas)) AS under_replicated, count(*) AS partitions
         FROM replog.partitions""").first()

@@ -33,7 +33,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from pipeline import consumer
 from pipeline.errors import ErrorCode, ReplogError
-from pipeline.schemas import PARTITION_KEY, STREAM_BATCHES_SCHEMA
+from pipeline.schemas import PARTITION_KEY
 
 __all__ = ["committed_stream", "batch_records"]
 

@@ -1,6 +1,5 @@
 """The `replog` console script, driven as a subprocess the way an operator types it."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path

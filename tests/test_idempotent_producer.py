@@ -1,6 +1,5 @@
 """Idempotent producers: retries appended once, sequence gaps and fenced epochs refused."""
 
-import pytest
 from chispa import assert_df_equality
 
 from pipeline import Cluster, ManualClock

@@ -9,7 +9,7 @@ import shutil
 from pyspark.sql import functions as F
 
 from pipeline import Cluster
-from pipeline.storage import LAYOUT, LAYOUT_PROPERTY, Storage
+from pipeline.storage import LAYOUT, LAYOUT_PROPERTY
 
 
 def _committed_values(cluster):

@@ -64,7 +64,7 @@ def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataF
                      fetchers: int, tables: RoundTables, append_all: Appender,
                      commit_outputs: OutputsWriter | None = None, topic_checks: DataFrame | None = None,
                      lagging_leaders: set[int] | None = None, sequences: DataFrame | None = None,
-                     log_starts: DataFrame | None = None) -> ActiveRound:
+                     log_starts: DataFrame | None = None, laps: Laps | None = None) -> ActiveRound:
     """One round over `state_df` (the working set's partition state), the round's new inbox rows
     (with `_commit_version`) and the requests the last round left pending (None: none). The second
     commit wave writes the partition rows the round changed, with their results, to
@@ -78,8 +78,9 @@ def run_active_round(state_df: DataFrame, inbox_df: DataFrame, pending_df: DataF
     control_job.producer_checks), None when it has none: a retried batch is answered with the
     offsets it repeats and not written again, and the batches appended go to `tables.producers`
     with the logs. `log_starts`: the log start offsets asked of the leaders (topic, partition,
-    requested_lso: delete_records and retention; round.log_start_requests), None: none."""
-    lap = Laps()
+    requested_lso: delete_records and retention; round.log_start_requests), None: none. `laps`:
+    the caller's phase timer, which the round's phases go on (None: a timer of its own)."""
+    lap = laps if laps is not None else Laps()
     read = _lagging_reads(state_df, ctx, tables, lagging_leaders)
     if read is not None:
         state_df = with_reads(state_df, read)

@@ -64,38 +64,14 @@ def _fetch_pair(context: Any) -> tuple[int, int]:
     """(follower broker, leader broker) of a replica fetcher's fetch context."""
     return int(context.fetcher[len(sessions.REPLICA_FETCHER_PREFIX):]), context.leader
 
-def with_broker_settings(replicas: DataFrame, inputs: RoundInputs) -> DataFrame:
-    """Each replica row with its broker's fetcher (is_paused, broker_last_fetch_ms: its last fetch;
-    partition_max_bytes, response_max_bytes: the fetch limits, a throttle's included) and the
-    context its leader made of its fetch request this round (fetch_kind, request_session_id)."""
-    config = inputs.cluster_config
-    last_fetch = {b: (inputs.paused_brokers.get(b) if b in inputs.paused_brokers else inputs.previous_round_ms)
-                  for b in inputs.brokers}
-    limit = {b: min(inputs.throttles[b], config["replica.fetch.max.bytes"]) if inputs.throttles.get(b)
-             else config["replica.fetch.max.bytes"] for b in inputs.brokers}
+def with_fetcher_state(replicas: DataFrame, inputs: RoundInputs) -> DataFrame:
+    """Each replica row with what the controller's epoch checks ask of its broker's fetcher this
+    round: is_paused, and the context its leader made of its fetch request (fetch_kind). (The
+    round's fetch limits, last fetches and KIP-73 throttles are its RoundContext's.)"""
     contexts = {_fetch_pair(c): c for c in inputs.contexts}
-
-    def listed(column: str, broker: str) -> Any:  # Kafka's throttled-replica lists: * or partition:broker
-        entry = F.concat_ws(":", F.col("partition").cast("string"), F.col(broker).cast("string"))
-        return (F.col(column) == "*") | F.array_contains(F.split(F.col(column), ","), entry)
-    # a replica in the ISR is never throttled (KIP-73)
-    out_of_sync = ~F.array_contains(F.col("isr"), F.col("broker"))
-    budgets = inputs.throttle_budgets
-    # (without a throttled rate, no quota columns: the response rule skips its quota windows)
-    quota = {} if not budgets else {
-        "leader_throttled": out_of_sync & listed("leader_throttled_replicas", "leader"),
-        "follower_throttled": out_of_sync & listed("follower_throttled_replicas", "broker"),
-        "leader_budget": _by_key(["leader"], {b: v for (k, b), v in budgets.items() if k == "leader"}, "long"),
-        "follower_budget": _by_key(["broker"], {b: v for (k, b), v in budgets.items() if k == "follower"}, "long"),
-    }
     return replicas.withColumns({
-        **quota,
         "is_paused": F.coalesce(F.col("broker").isin(*inputs.paused_brokers), F.lit(False)),
-        "broker_last_fetch_ms": _by_key(["broker"], {b: v for b, v in last_fetch.items() if v is not None}, "long"),
-        "partition_max_bytes": _by_key(["broker"], limit, "long"),
-        "response_max_bytes": F.lit(config["replica.fetch.response.max.bytes"]).cast("long"),
         "fetch_kind": _by_key(["broker", "leader"], {k: c.kind for k, c in contexts.items()}, "string"),
-        "request_session_id": _by_key(["broker", "leader"], {k: c.session_id for k, c in contexts.items()}, "int"),
     })
 
 def serving(meta: DataFrame, inputs: RoundInputs) -> DataFrame:
@@ -123,7 +99,7 @@ def read_replicas(spark: SparkSession, inputs: RoundInputs, meta: DataFrame, sta
         .filter(F.array_contains(F.col("replicas"), F.col("broker")))
         .withColumn("is_leader", F.col("broker") == F.col("leader"))
         .withColumns(leaders)
-        .transform(lambda df: with_broker_settings(df, inputs))
+        .transform(lambda df: with_fetcher_state(df, inputs))
     ).localCheckpoint()
 
 def read_inbox(spark: SparkSession, storage: Storage, last_version: int, version: int) -> tuple[DataFrame, int]:

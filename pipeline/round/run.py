@@ -248,9 +248,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
                               lambda appends: storage.append_all(appends, inputs.round_id),
                               commit_outputs=commit_outputs, topic_checks=topic_checks,
                               lagging_leaders=carry.lagging_leaders if carry is not None else None,
-                              sequences=sequences, log_starts=log_starts)
-    lap.phases.update(active.phases)
-    lap.mark = time.perf_counter()
+                              sequences=sequences, log_starts=log_starts, laps=lap)
     figures = active.figures
     added = figures["session_partitions_added"]
     # (KIP-227: an incremental request adds partitions new to its session, and forgets those whose
