@@ -1,6 +1,7 @@
 """What Delta's file statistics cost a round's appends: the same rows appended to tables that keep
-statistics on Delta's default first 32 columns, on the 3 leading key columns (what the cluster's
-logs, replica_state and results keep, pipeline/storage.py `_KEYED`), and on none.
+statistics on Delta's default first 32 columns, on the columns the cluster's tables keep them on
+(pipeline/storage.py: replica_state and results their 3 leading key columns; a log topic,
+partition, offset and timestamp), and on none.
 
     .venv/bin/python jobs/bench_stats.py [--repeats 10]
 
@@ -28,9 +29,17 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from pipeline import get_spark  # noqa: E402
 from pipeline.schemas import LOG_SCHEMA, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA  # noqa: E402
+from pipeline.storage import _LOG_PROPS, _table_props  # noqa: E402
 
 WARM_UP = 2
-INDEXED = {"default (32 columns)": None, "3 key columns": "3", "none": "0"}
+STATS_KEYS = ("delta.dataSkippingNumIndexedCols", "delta.dataSkippingStatsColumns")
+
+
+def _settings(table: str) -> dict[str, dict[str, str]]:
+    """The statistics settings compared for `table`: Delta's default, the cluster's, none."""
+    props = _LOG_PROPS if table == "log" else _table_props(table)
+    return {"default (32 columns)": {}, "the cluster's": {k: v for k, v in props.items() if k in STATS_KEYS},
+            "none": {"delta.dataSkippingNumIndexedCols": "0"}}
 
 
 def _rows(spark, schema, n: int):
@@ -56,11 +65,11 @@ def measure(spark, scratch: str, repeats: int) -> dict:
                             ("results", RESULTS_SCHEMA, 5_000)):
         rows = _rows(spark, schema, n)
         paths = {}
-        for label, cols in INDEXED.items():
+        for label, props in _settings(name).items():
             path = os.path.join(scratch, f"{name}-{len(paths)}")
             rows.limit(0).write.format("delta").save(path)
-            if cols is not None:
-                spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.dataSkippingNumIndexedCols' = '{cols}')")
+            for key, value in props.items():
+                spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{key}' = '{value}')")
             paths[label] = path
         seconds = {label: [] for label in paths}
         for _ in range(repeats + WARM_UP):

@@ -195,15 +195,15 @@ class Cluster:
                               f"replication factor {rf} is more than the {len(placeable)} brokers that take new "
                               f"replicas ({len(self.brokers) - len(placeable)} being decommissioned)")
         now = self.clock.now_ms()
-        start = self.storage.read("topics").count() % len(placeable)
+        start = len(self._topics_seen[1]) % len(placeable)  # (the topics _topic just read)
         assignment = assign_replicas(placeable, partitions, rf, start_index=start)
-        self.storage.append_table(self.spark.createDataFrame(
-            [(topic, p, r[0], 0, 0, r, r, 0, self._round_id, [], []) for p, r in enumerate(assignment)],
-            PARTITIONS_SCHEMA), "partitions")
-        self.storage.append_table(self.spark.createDataFrame(
-            [(topic, p, b, 0, 0, 0, 0, now, 0, now, 0, 0, 0, -1, -1, 0, self._round_id)
-             for p, r in enumerate(assignment) for b in r],
-            REPLICA_STATE_SCHEMA), "replica_state")
+        self.storage.append_all([
+            (self.spark.createDataFrame([(topic, p, r[0], 0, 0, r, r, 0, self._round_id, [], [])
+                                         for p, r in enumerate(assignment)], PARTITIONS_SCHEMA),
+             self.storage.path("partitions")),
+            (self.spark.createDataFrame([(topic, p, b, 0, 0, 0, 0, now, 0, now, 0, 0, 0, -1, -1, 0, self._round_id)
+                                         for p, r in enumerate(assignment) for b in r], REPLICA_STATE_SCHEMA),
+             self.storage.path("replica_state"))], None)
         # the topic row last: a topic is visible to producers only once all its partitions are
         self.storage.append_table(self.spark.createDataFrame(
             [(topic, partitions, rf, to_json(overrides), now)], TOPICS_SCHEMA), "topics")

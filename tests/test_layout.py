@@ -91,38 +91,49 @@ def test_open_without_views_leaves_the_session_catalog_alone(spark, new_cluster)
     assert spark.sql("SELECT count(*) AS n FROM replog.partitions WHERE topic = 'orders'").first()["n"] == 3
 
 
-def _indexed_cols(spark, path):
+LOG_STATS = "delta.dataSkippingStatsColumns"
+TABLE_STATS = "delta.dataSkippingNumIndexedCols"
+
+
+def _stats_setting(spark, path):
     rows = spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
-    return {r["key"]: r["value"] for r in rows}.get("delta.dataSkippingNumIndexedCols")
+    props = {r["key"]: r["value"] for r in rows}
+    return props.get(LOG_STATS) or props.get(TABLE_STATS)
 
 
-def test_a_root_of_layout_1_gets_statistics_on_its_key_columns_only_and_keeps_skipping_by_offset(spark, new_cluster,
-                                                                                                  clock):
-    """Layout 2: the logs, replica_state and results keep statistics on their three leading key
-    columns (what their reads skip files by), not on every column."""
+def test_a_root_of_layout_1_gets_statistics_on_the_columns_reads_skip_by_and_keeps_skipping(spark, new_cluster,
+                                                                                            clock):
+    """Layout 2: the logs keep file statistics on topic, partition, offset and timestamp, and
+    replica_state and results on their three leading key columns, not on every column."""
     cluster = new_cluster()
     storage = cluster.storage
-    keyed = [storage.log_path(b) for b in cluster.brokers] + [storage.path("replica_state"), storage.path("results")]
-    assert [_indexed_cols(spark, p) for p in keyed] == ["3"] * len(keyed)
+    logs = [storage.log_path(b) for b in cluster.brokers]
+    tables = [storage.path("replica_state"), storage.path("results")]
+    expected = ["topic,partition,offset,timestamp"] * len(logs) + ["3"] * len(tables)
+    assert [_stats_setting(spark, p) for p in logs + tables] == expected
     cluster.create_topic("orders", partitions=1, replication_factor=3)
     cluster.produce("orders", [{"value": "a", "partition": 0}], acks="all")
     _round(cluster, clock)
     # a root of layout 1: Delta's default statistics
-    for path in keyed:
-        spark.sql(f"ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('delta.dataSkippingNumIndexedCols')")
+    for path in logs:
+        spark.sql(f"ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('{LOG_STATS}')")
+    for path in tables:
+        spark.sql(f"ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('{TABLE_STATS}')")
     spark.sql(f"ALTER TABLE delta.`{storage.path('cluster')}` SET TBLPROPERTIES ('{LAYOUT_PROPERTY}' = '1')")
 
-    assert storage.upgrade(cluster.brokers) == {
-        "replica_state": ["delta.dataSkippingNumIndexedCols"], "results": ["delta.dataSkippingNumIndexedCols"],
-        **{f"log {b}": ["delta.dataSkippingNumIndexedCols"] for b in cluster.brokers}}
-    assert [_indexed_cols(spark, p) for p in keyed] == ["3"] * len(keyed)
+    assert storage.upgrade(cluster.brokers) == {"replica_state": [TABLE_STATS], "results": [TABLE_STATS],
+                                                **{f"log {b}": [LOG_STATS] for b in cluster.brokers}}
+    assert [_stats_setting(spark, p) for p in logs + tables] == expected
     assert storage.layout() == LAYOUT and storage.upgrade(cluster.brokers) == {}
 
     reopened = Cluster.open(spark, storage.root, clock=clock)
     reopened.produce("orders", [{"value": "b", "partition": 0}], acks="all")
     _round(reopened, clock)
     assert _committed_values(reopened) == ["a", "b"]
-    # the offset still has statistics: a read of one offset skips the file of the other
-    log = storage.log_path(cluster.brokers[0])
-    files = spark.read.format("delta").load(log).filter(F.col("offset") == 1).inputFiles()
-    assert len(files) == 1 and len(spark.read.format("delta").load(log).inputFiles()) == 2
+    # offsets and timestamps still have statistics: a read of one skips the file of the other
+    log = spark.read.format("delta").load(logs[0])
+    assert len(log.inputFiles()) == 2
+    assert len(log.filter(F.col("offset") == 1).inputFiles()) == 1
+    stamps = sorted(r["timestamp"] for r in log.select("timestamp").collect())
+    assert len(stamps) == 2 and stamps[0] < stamps[1]  # a at t=0, b half a second later
+    assert len(log.filter(F.col("timestamp") < stamps[1]).inputFiles()) == 1

@@ -98,3 +98,39 @@ def test_reads_below_the_log_start_offset(run):
     assert [r["offset"] for r in cluster.read("timed").orderBy("offset").collect()] == [3, 4]
     desc = cluster.describe("timed").first()
     assert (desc["log_start_offset"], desc["high_watermark"], desc["log_end_offset"]) == (3, 5, 5)
+
+
+def test_retention_reads_no_log_while_no_record_is_older_than_the_latest_cutoff(spark, new_cluster, clock):
+    """A due retention check with only time limits first asks the logs' file statistics for a
+    record older than now - retention.ms (the latest cutoff of the topics' limits): with none, it
+    asks the leaders nothing, and once one is that old it reads the leaders' logs as before."""
+    from pipeline.round.inputs import RoundInputs
+    from pipeline.round.reads import partition_meta
+    from pipeline.round.run import _retention_leaders, _topic_config
+
+    cluster = new_cluster()
+    cluster.create_topic("timed", partitions=1, replication_factor=3, config={"retention.ms": "1000"})
+    cluster.create_topic("weekly", partitions=1, replication_factor=3)  # Kafka's default: 7 days
+    cluster.produce("timed", [{"value": "a", "partition": 0}], acks="all")  # stamped t=0
+    clock.advance(500)
+    cluster.run_round()
+    topics = _topic_config(partition_meta(cluster.storage, cluster.config))
+    checks = topics.select("topic", "retention_ms", "retention_bytes").distinct()
+    state = topics.select("topic", "partition", "leader", "replicas", F.array(F.lit(0), F.lit(0), F.lit(0)).alias(
+        "log_start_offset"), F.array(F.lit(1), F.lit(1), F.lit(1)).alias("log_end_offset"))
+
+    def leaders(now_ms):
+        inputs = RoundInputs(round_id=9, now_ms=now_ms, last_inbox_version=0, cluster_config=cluster.config,
+                             brokers=cluster.brokers, paused_brokers={}, throttles={}, previous_round_ms=None)
+        return _retention_leaders(cluster.storage, inputs, state, checks, set())
+
+    assert leaders(1000) is None  # the record (t=0) is not older than 1000 - 1000
+    asked = leaders(1001)
+    assert asked is not None
+    assert sorted((r["topic"], r["retention_ms"]) for r in asked.collect()) == [("timed", 1000),
+                                                                              ("weekly", 604_800_000)]
+    # a size limit cannot be judged from timestamps: the leaders are asked
+    sized = checks.withColumn("retention_bytes", F.lit(10).cast("long"))
+    inputs = RoundInputs(round_id=9, now_ms=500, last_inbox_version=0, cluster_config=cluster.config,
+                         brokers=cluster.brokers, paused_brokers={}, throttles={}, previous_round_ms=None)
+    assert _retention_leaders(cluster.storage, inputs, state, sized, set()) is not None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -25,7 +26,7 @@ from pipeline.round.control_job import partition_state_from_tables, produce_resu
 from pipeline.round.controller import ControllerWave, controller_requests_asked, controller_wave, unvalidated_brokers
 from pipeline.round.inputs import (CARRIED_TABLES, REQUEST_KEY, RoundInputs, RoundReport,
                                    rows_changed, session_figures, table_versions, with_input_versions)
-from pipeline.round.reads import log_start_requests, partition_meta, pending_results, read_inbox
+from pipeline.round.reads import log_start_requests, partition_meta, pending_results, read_inbox, serving_brokers
 from pipeline.schemas import (NO_LEADER, PARTITION_KEY, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA,
                               ROUNDS_SCHEMA)
 from pipeline.storage import Storage, is_concurrent_conflict
@@ -85,10 +86,22 @@ _TOPIC_CHECKS = ("topic", "message_max_bytes", "compact", "retention_ms", "reten
                  "leader_throttled_replicas", "follower_throttled_replicas")
 
 
-def _retention_leaders(state: DataFrame, topic_checks: DataFrame, down: set[int]) -> DataFrame:
+def _retention_leaders(storage: Storage, inputs: RoundInputs, state: DataFrame, topic_checks: DataFrame,
+                       down: set[int]) -> DataFrame | None:
     """The serving leaders of partitions under a retention limit, with their log's offsets
-    (round.log_start_requests's `leaders`)."""
+    (round.log_start_requests's `leaders`); None when retention can delete nothing: no topic has a
+    limit, or only time limits (retention.ms) and no serving log holds a record older than the
+    latest of their cutoffs (now - retention.ms), known from the logs' file statistics on
+    `timestamp` (a Spark job with no file to read, where the whole check read every log)."""
     limited = topic_checks.filter((F.col("retention_ms") >= 0) | (F.col("retention_bytes") >= 0))
+    limits = limited.select("retention_ms", "retention_bytes").distinct().collect()  # (O(topics))
+    if not limits:
+        return None
+    if all(r["retention_bytes"] < 0 for r in limits):
+        cutoff = inputs.now_ms - min(r["retention_ms"] for r in limits)
+        logs = [storage.read_log(b).select("timestamp") for b in serving_brokers(inputs)]
+        if not reduce(DataFrame.unionByName, logs).filter(F.col("timestamp") < cutoff).limit(1).count():
+            return None
     at = F.array_position(F.col("replicas"), F.col("leader")).cast("int")
     return (state.filter((F.col("leader") != NO_LEADER) & ~F.col("leader").isin(*sorted(down)))
             .join(F.broadcast(limited.select("topic", "retention_ms", "retention_bytes")), on="topic")
@@ -210,7 +223,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
         deferred is not None and bool(inbox.filter(F.col("producer_id").isNotNull()).limit(1).count()))
     sequences = _sequences(storage, inbox, state, topic_checks) if idempotent else None
     log_starts, admin_version = log_start_requests(
-        storage, inputs, _retention_leaders(state, topic_checks, down) if inputs.retention_due else None)
+        storage, inputs, _retention_leaders(storage, inputs, state, topic_checks, down) if inputs.retention_due else None)
     tables = RoundTables(logs={b: storage.log_path(b) for b in inputs.brokers}, producers=storage.path("producers"))
 
     def commit_outputs(rows: DataFrame, figures: dict) -> None:
