@@ -10,7 +10,6 @@ Medians after the first of each. Writes benchmarks/create.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -20,7 +19,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from bench_round import save  # noqa: E402  (jobs/ is scripts, not a package)
 from pipeline import Cluster, ManualClock, get_spark  # noqa: E402
 from pipeline.storage import CLUSTER_TABLES, Storage, _table_props  # noqa: E402
 
@@ -78,10 +79,7 @@ def main() -> None:
     r = data["results"]
     print(f"ratio {r['ratio']:.2f}; Cluster.create {r['cluster_create_median_s']:.2f} s, "
           f"create_topic {r['create_topic_median_s']:.2f} s")
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as out:
-        json.dump(data, out, indent=2)
-    print(f"wrote {args.out}")
+    save(data, args.out)
 
 
 if __name__ == "__main__":

@@ -77,6 +77,14 @@ def new_cluster(spark, root: str, partitions: int) -> tuple[ManualClock, Cluster
     return clock, cluster
 
 
+def save(data: dict, out: str) -> None:
+    """Writes a benchmark's figures to `out` (JSON) and says where."""
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(data, f, indent=2)
+    print(f"wrote {out}")
+
+
 def medians(rows: list[dict]) -> dict[str, float]:
     names = sorted({name for row in rows for name in row})
     return {name: statistics.median(row.get(name, 0.0) for row in rows) for name in names}
@@ -225,9 +233,7 @@ def main() -> None:
         for name, s in sorted(result["phase_median_s"].items(), key=lambda kv: -kv[1]):
             print(f"  {name:45s} {s:6.3f} s")
         out = args.out or f"benchmarks/round_p{args.partitions}.json"
-    with open(out, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {out}")
+    save(result, out)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ first two appends. Writes benchmarks/stats.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -24,9 +23,11 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from pyspark.sql import functions as F  # noqa: E402
 
+from bench_round import save  # noqa: E402  (jobs/ is scripts, not a package)
 from pipeline import get_spark  # noqa: E402
 from pipeline.schemas import LOG_SCHEMA, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA  # noqa: E402
 from pipeline.storage import _LOG_PROPS, _table_props  # noqa: E402
@@ -101,10 +102,7 @@ def main() -> None:
     for name, f in figures.items():
         line = ", ".join(f"{label} {s:.3f} s ({f['ratio_to_default'][label]:.2f}x)" for label, s in f["median_s"].items())
         print(f"{name} ({f['rows']} rows): {line}")
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as out:
-        json.dump(data, out, indent=2)
-    print(f"wrote {args.out}")
+    save(data, args.out)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ Writes benchmarks/profile_round.json next to printing it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -32,7 +31,7 @@ import time
 from pipeline import Cluster, ManualClock, get_spark
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_round import JobCounter, medians  # noqa: E402  (jobs/ is scripts, not a package)
+from bench_round import JobCounter, medians, save  # noqa: E402  (jobs/ is scripts, not a package)
 
 WARM_UP = 2
 
@@ -104,10 +103,7 @@ def main() -> None:
     c = result["commits"]
     print(f"append with txnAppId {c['txn_append_median_s']:.2f} s, tagged {c['tagged_append_median_s']:.2f} s "
           f"(ratio {c['ratio_txn_over_tagged']:.1f}x)")
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {args.out}")
+    save(result, args.out)
 
 
 if __name__ == "__main__":
