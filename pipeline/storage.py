@@ -159,6 +159,14 @@ def is_concurrent_conflict(error: BaseException) -> bool:
 
 
 
+def _wait_all(futures: list) -> None:
+    """Waits for every one of `futures` (work on _COMMITTERS); then raises the first failure, if any."""
+    errors = [f.exception() for f in futures]
+    for error in errors:
+        if error is not None:
+            raise error
+
+
 def is_uri(root: str) -> bool:
     """s3a://..., abfss://..., gs://..., file:///... (or file:/...): a root Hadoop's FileSystem resolves."""
     return bool(_URI.match(root))
@@ -227,10 +235,7 @@ class Storage:
         made = [_COMMITTERS.submit(self._create, self.path(name), schema, _table_props(name))
                 for name, schema in CLUSTER_TABLES.items() if name != "cluster"]
         made += [_COMMITTERS.submit(self.create_log, broker) for broker in brokers]
-        errors = [f.exception() for f in made]
-        for error in errors:
-            if error is not None:
-                raise error
+        _wait_all(made)
 
     def create_cluster_table(self) -> None:
         """The cluster table, last: its presence marks a complete cluster, of this release's layout."""
@@ -483,11 +488,7 @@ class Storage:
             for df, path in appends:
                 self.append(df, path, round_id)
             return
-        futures = [_COMMITTERS.submit(self.append, df, path, round_id) for df, path in appends]
-        errors = [f.exception() for f in futures]
-        for error in errors:
-            if error is not None:
-                raise error
+        _wait_all([_COMMITTERS.submit(self.append, df, path, round_id) for df, path in appends])
 
     @contextmanager
     def _round_commit(self, path: str, step: str) -> Iterator[None]:
