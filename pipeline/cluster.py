@@ -314,7 +314,10 @@ class Cluster:
         """The newest round's report, read from the rounds table when first asked for (a command
         that runs no round and needs no round id never reads it)."""
         if self._last is _UNREAD:
-            last = self.storage.read("rounds").orderBy(F.col("round_id").desc()).limit(1).collect()
+            last = self.storage.read("rounds").orderBy(F.col("round_id").desc()).limit(2).collect()
+            # (a row whose round's last wave did not land whole is not a complete round's: recovery.py)
+            if last and recovery.last_complete_round(self.storage, last[0]["round_id"])[0] < last[0]["round_id"]:
+                last = last[1:]
             self._last = RoundReport(**last[0].asDict()) if last else None
         return self._last  # type: ignore[return-value]
 
@@ -459,14 +462,15 @@ class Cluster:
             self._check_logs()
             replay = recovery.recover(self.storage, self.brokers, self._round_id)
             self._recovery_checked = True
-            if replay is not None:
-                self._replay, self._carry, self._seen = replay, None, None
+            if replay is not None:  # (the rounds table is read again: the replayed round's row may have been undone)
+                self._replay, self._carry, self._seen, self._last = replay, None, None, _UNREAD
         self._reload_config()
         try:
             return self._run_round(batch_id)
         except BaseException:
-            # the round may have committed part of its writes: the next round undoes them first
-            self._recovery_checked, self._carry, self._seen = False, None, None
+            # the round may have committed part of its writes: the next round undoes them first (or,
+            # if its last wave landed whole, it is complete: the rounds table is read again)
+            self._recovery_checked, self._carry, self._seen, self._last = False, None, None, _UNREAD
             raise
 
     def _run_round(self, batch_id: int | None) -> RoundReport:

@@ -2,10 +2,13 @@
 replayed with the inputs it had (its time, its inbox and admin versions), so the tables end up
 exactly as after one clean run of it.
 
-A round's rows in the rounds table are its commit point: a round is complete when its row is
-there. Each of its commits to another table carries its round id and its inputs in the commit's
+A round's row in the rounds table is its commit point. The row is committed at once with the
+round's last outputs (replica_state's rows and the results: Storage.commit_round_row), and its
+commit names their tables: a round is complete when its row is there and each table it names has
+the round's commit. Each of a round's commits carries its round id and its inputs in the commit's
 userMetadata (storage.commit_tag). A table whose newest commits carry a round id above the last
-complete round holds an interrupted round's writes:
+complete round holds an interrupted round's writes (the rounds table too: a row that landed
+without the commits it names):
 
 - when they are the table's newest commits, Delta RESTORE puts the table back to the version
   before them (one commit);
@@ -28,14 +31,14 @@ from pyspark.sql import functions as F
 
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.schemas import PARTITION_KEY, REPLICA_KEY
-from pipeline.storage import RECOVERY_APP_ID, TXN_APP_ID, Storage, parse_tag
+from pipeline.storage import RECOVERY_APP_ID, TXN_APP_ID, WRITTEN_WITH, Storage, parse_tag
 
-__all__ = ["Replay", "Landed", "landed_commits", "recover"]
+__all__ = ["Replay", "Landed", "landed_commits", "last_complete_round", "recover"]
 
-# the cluster tables a round writes besides its rounds row: key (None: append-only, by round id)
+# the cluster tables a round writes: key (None: append-only, by round id)
 ROUND_TABLES: dict[str, list[str] | None] = {
     "partitions": PARTITION_KEY, "replica_state": REPLICA_KEY,
-    "elections": None, "producers": None, "results": None,
+    "elections": None, "producers": None, "results": None, "rounds": None,
 }
 # tables a round appends to whose other writers also append (rows carry the round that wrote them)
 _APPENDED_BY_KEY = ("replica_state",)
@@ -99,12 +102,34 @@ def _optional_int(fields: dict, key: str) -> int | None:
     return int(fields[key]) if key in fields else None
 
 
-def recover(storage: Storage, brokers: list[int], last_round: int) -> Replay | None:
-    """Undoes what a round after `last_round` committed (see the module's text) and returns its
-    inputs for the replay; None when no such commit exists."""
-    rounds_version = storage.table_version(storage.path("rounds"))
-    newest = storage.commit_info(storage.path("rounds"), rounds_version) if rounds_version > 0 else None
+def last_complete_round(storage: Storage, last_round: int) -> tuple[int, int]:
+    """The last complete round, given `last_round`, the newest round with a row in the rounds
+    table: it, or the round before it when its row's commit names a table without that round's
+    commit (the process died during the round's last wave); and the time of that round's row's
+    commit (0: none)."""
+    path = storage.path("rounds")
+    version = storage.table_version(path)
+    newest = storage.commit_info(path, version) if version > 0 else None
     since_ms = (newest or {}).get("timestamp", 0) if last_round else 0
+    while last_round and version > 0:  # (back past commits of no round: a maintenance pass's)
+        info = storage.commit_info(path, version)
+        fields = parse_tag((info or {}).get("userMetadata"))
+        if info is None or RECOVERY_APP_ID in fields or fields.get(TXN_APP_ID, str(last_round)) != str(last_round):
+            break
+        if TXN_APP_ID in fields:
+            tables = filter(None, fields.get(WRITTEN_WITH, "").split(","))
+            if any(not storage.committed_by(table, last_round) for table in tables):
+                before = storage.commit_info(path, version - 1) if version > 1 else None
+                return last_round - 1, (before or {}).get("timestamp", 0) if last_round > 1 else 0
+            break
+        version -= 1
+    return last_round, since_ms
+
+
+def recover(storage: Storage, brokers: list[int], last_round: int) -> Replay | None:
+    """Undoes what a round after the last complete one committed (see the module's text; `last_round`:
+    the newest round with a row) and returns its inputs for the replay; None when no such commit exists."""
+    last_round, since_ms = last_complete_round(storage, last_round)
     tables = {storage.path(t): t for t in ROUND_TABLES}
     tables.update({storage.log_path(b): None for b in brokers})
     found = [landed for path in tables

@@ -29,11 +29,14 @@ __all__ = ["Storage", "TXN_APP_ID", "is_concurrent_conflict", "RECOVERY_APP_ID",
 
 TXN_APP_ID = "replog-round"
 RECOVERY_APP_ID = "replog-recovery"
+WRITTEN_WITH = "with"  # the commit tag's field naming the tables a rounds row was committed with
 
 
-def commit_tag(round_id: int, step: str = "", inputs: str = "") -> str:
-    """The userMetadata of a round's commit to one table (`inputs`: the round's replay inputs)."""
-    return f"{TXN_APP_ID}={round_id};step={step or 'main'}" + (f";{inputs}" if inputs else "")
+def commit_tag(round_id: int, step: str = "", inputs: str = "", written_with: tuple[str, ...] = ()) -> str:
+    """The userMetadata of a round's commit to one table (`inputs`: the round's replay inputs;
+    `written_with`: the tables committed at once with this one, which the rounds row's commit names)."""
+    return (f"{TXN_APP_ID}={round_id};step={step or 'main'}" + (f";{WRITTEN_WITH}={','.join(written_with)}"
+                                                               if written_with else "") + (f";{inputs}" if inputs else ""))
 
 
 def parse_tag(user_metadata: str | None) -> dict[str, str]:
@@ -464,7 +467,8 @@ class Storage:
         )
 
     # -- writes ------------------------------------------------------------------------------
-    def append(self, df: DataFrame, path: str, round_id: int | None = None, step: str = "") -> None:
+    def append(self, df: DataFrame, path: str, round_id: int | None = None, step: str = "",
+               written_with: tuple[str, ...] = ()) -> None:
         """Append; with a round id, the commit is tagged with it (see `commit_tag`). A write the
         file system refuses raises KAFKA_STORAGE_ERROR (unwritable_error)."""
         writer = df.write.format("delta").mode("append")
@@ -474,7 +478,7 @@ class Storage:
             return
         with self._round_commit(path, step):
             with unwritable_error(path):
-                writer.option("userMetadata", commit_tag(round_id, step, self.round_inputs)).save(path)
+                writer.option("userMetadata", commit_tag(round_id, step, self.round_inputs, written_with)).save(path)
 
     def append_table(self, df: DataFrame, table: str, round_id: int | None = None) -> None:
         self.append(df, self.path(table), round_id)
@@ -489,6 +493,45 @@ class Storage:
                 self.append(df, path, round_id)
             return
         _wait_all([_COMMITTERS.submit(self.append, df, path, round_id) for df, path in appends])
+
+    def commit_round_row(self, row: DataFrame, outputs: list[tuple[DataFrame, str]], round_id: int) -> None:
+        """A round's last commit wave: its outputs (df, table name) and its rounds row `row` at
+        once, one commit each, from threads (append_all). The row's commit names the others' tables
+        (`WRITTEN_WITH`): the round is complete when all of them landed (recovery.py). So an output
+        with no rows still records its commit here (Delta skips recording an empty one by default)."""
+        tables = tuple(table for _, table in outputs)
+        appends = [(df, self.path(table)) for df, table in outputs]
+        with self._session_conf("spark.databricks.delta.skipRecordingEmptyCommits", "false"):
+            _wait_all([_COMMITTERS.submit(self.append, df, path, round_id) for df, path in appends]
+                      + [_COMMITTERS.submit(self.append, row, self.path("rounds"), round_id, "", tables)])
+
+    def committed_by(self, table: str, round_id: int) -> bool:
+        """Whether round `round_id` committed to `table`: its commits are read back from the
+        newest until one by an earlier round or a recovery (one small log file each, on the driver)."""
+        path = self.path(table)
+        for version in range(self.table_version(path), -1, -1):
+            info = self.commit_info(path, version)
+            if info is None:
+                return False
+            fields = parse_tag(info.get("userMetadata"))
+            if RECOVERY_APP_ID in fields:
+                return False
+            if TXN_APP_ID in fields and int(fields[TXN_APP_ID]) <= round_id:
+                return int(fields[TXN_APP_ID]) == round_id
+        return False
+
+    @contextmanager
+    def _session_conf(self, key: str, value: str) -> Iterator[None]:
+        conf = self.spark.conf
+        before = conf.get(key, None)
+        conf.set(key, value)
+        try:
+            yield
+        finally:
+            if before is None:
+                conf.unset(key)
+            else:
+                conf.set(key, before)
 
     @contextmanager
     def _round_commit(self, path: str, step: str) -> Iterator[None]:

@@ -6,9 +6,10 @@
 
     query = committed_stream(cluster, "orders", "orders-etl", write, checkpoint="/chk/orders-etl")
 
-Structured Streaming drives it. The stream's source is the cluster's rounds table (a Delta table
-with one row per round): committed records only change in rounds, so a micro-batch runs after
-rounds have run and none runs while the cluster is quiet. Each micro-batch reads the topic's
+Structured Streaming drives it. The stream's source is the cluster's replica_state table: the
+committed records only change when a round appends the replicas' rows that move a high watermark
+or a log start offset, so a micro-batch runs after such rounds (once their rows landed) and none
+runs while the cluster is quiet (its compactions are change commits, which the source skips). Each micro-batch reads the topic's
 committed records that this consumer has not read, through its unprivileged KIP-227 fetch session
 with each leader (Cluster.fetch_incremental): an incremental response carries only the partitions
 that changed, so a batch costs what changed, not how many partitions there are.
@@ -84,11 +85,11 @@ def committed_stream(cluster: Any, topic: str, consumer_id: str, process: Callab
         raise ValueError(f"trigger must be one of {{'processingTime': '1 second'}}, {{'availableNow': True}}, "
                          f"{{'once': True}}, got {trigger!r}")
 
-    def one_batch(_rounds: DataFrame, batch_id: int) -> None:
+    def one_batch(_rows: DataFrame, batch_id: int) -> None:
         process(batch_records(cluster, consumer_id, topic, batch_id), batch_id)
 
     return (cluster.spark.readStream.format("delta").option("skipChangeCommits", "true")
-            .load(cluster.storage.path("rounds"))
+            .load(cluster.storage.path("replica_state"))
             .writeStream.queryName(query_name or f"replog-{topic}-{consumer_id}")
             .foreachBatch(one_batch).option("checkpointLocation", checkpoint)
             .trigger(**trigger).start())

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
-from pipeline.recovery import Replay, recover
+from pipeline.recovery import Replay, last_complete_round, recover
 from pipeline.storage import TXN_APP_ID, Storage, parse_tag
 
 START = 1_700_000_000_000
@@ -114,9 +114,8 @@ def test_the_round_under_test_writes_every_table(clean, prepared):
     assert clean["final"]["results"] == after["results"]  # nothing left for the next round to answer
 
 
-@pytest.mark.parametrize("k,table", [(1, None), (5, None), (None, "replica_state"), (7, None)],
-                         ids=["after-the-isr-commit", "after-the-log-commits", "after-the-state-commit",
-                              "before-rounds-row"])
+@pytest.mark.parametrize("k,table", [(1, None), (5, None), (None, "replica_state")],
+                         ids=["after-the-isr-commit", "after-the-log-commits", "after-the-last-wave"])
 def test_a_round_killed_after_commit_k_and_run_again_equals_a_clean_run(spark, prepared, clean, tmp_path, k, table):
     base, now, round_id = prepared
     root = str(tmp_path / "root")
@@ -126,20 +125,64 @@ def test_a_round_killed_after_commit_k_and_run_again_equals_a_clean_run(spark, p
     with pytest.raises(Crash):
         crashed.run_round()
     # the ISR change commits first, alone; then the logs, elections and producers at once; then the
-    # state (the HW) and results at once; the rounds row never
+    # state (the HW), the results and the rounds row at once
     assert done[0][0].endswith("/partitions")
     assert len(done) == k if k is not None else any(path.endswith(f"/{table}") for path, _ in done)
     if k == 5:  # the logs landed, the HW that covers their records did not
-        assert not any(path.endswith(("/replica_state", "/results")) for path, _ in done)
-    assert crashed.storage.read("rounds").agg({"round_id": "max"}).first()[0] == round_id - 1
+        assert not any(path.endswith(("/replica_state", "/results", "/rounds")) for path, _ in done)
+    newest = crashed.storage.read("rounds").agg({"round_id": "max"}).first()[0]
+    if table is not None:  # the process died after its last wave, which landed whole: the round is complete
+        assert {path.rsplit("/", 1)[1] for path, _ in done} >= {"replica_state", "results", "rounds"}
+        assert last_complete_round(crashed.storage, newest)[0] == round_id
+        again = Cluster.open(spark, root, clock=ManualClock(start_ms=now + 3_000))
+        got = snapshot(again)
+        # (broker 2's new state, fenced, is written after the round: the next round fences it again)
+        assert [r["state"] for r in got.pop("brokers")] == ["stopped" if b == 2 else "running" for b in range(3)]
+        assert got == {t: rows for t, rows in clean["after_round"].items() if t != "brokers"}
+        assert finish(again, now) == clean["final"]
+        return
+    assert last_complete_round(crashed.storage, newest)[0] == round_id - 1
 
     # a new process, later: it undoes the landed commits and replays the round at its own time
     again = Cluster.open(spark, root, clock=ManualClock(start_ms=now + 3_000))
     report = again.run_round()
     assert (report.round_id, report.now_ms) == (round_id, now)
     assert snapshot(again) == clean["after_round"]
-    if k == 7:  # its results had landed: the next round ends where the clean run's did
-        assert finish(again, now) == clean["final"]
+
+
+@pytest.mark.parametrize("lost", ["replica_state", "rounds"])
+def test_a_last_wave_that_landed_in_part_is_undone_and_replayed(spark, prepared, clean, tmp_path, lost):
+    """The last wave commits replica_state, results and the rounds row at once: a process that dies
+    in it can leave the row without the HW's rows, or the HW's rows and the results without the
+    row. The row's commit names the tables it was written with, so the next process finds the
+    round incomplete either way, undoes what landed and replays it."""
+    base, now, round_id = prepared
+    root = str(tmp_path / "root")
+    shutil.copytree(base, root)
+    crashed = Cluster.open(spark, root, clock=ManualClock(start_ms=now))
+    storage, append = crashed.storage, crashed.storage.append
+
+    def append_but_one(df, path, round_id=None, step="", written_with=()):
+        if path.endswith(f"/{lost}"):
+            raise Crash(f"before the commit to {path}")
+        append(df, path, round_id, step, written_with)
+
+    storage.append = append_but_one
+    with pytest.raises(Crash):
+        crashed.run_round()
+    assert round_commits(storage, storage.path("results"), round_id)  # the results landed
+    assert bool(round_commits(storage, storage.path("rounds"), round_id)) == (lost != "rounds")
+    assert bool(round_commits(storage, storage.path("replica_state"), round_id)) == (lost != "replica_state")
+    newest = storage.read("rounds").agg({"round_id": "max"}).first()[0]
+    assert last_complete_round(storage, newest)[0] == round_id - 1
+    # another process (creating a topic, say) takes the round before it as the last one
+    assert Cluster.open(spark, root, clock=ManualClock(start_ms=now))._round_id == round_id - 1
+
+    again = Cluster.open(spark, root, clock=ManualClock(start_ms=now + 3_000))
+    report = again.run_round()
+    assert (report.round_id, report.now_ms) == (round_id, now)
+    assert snapshot(again) == clean["after_round"]
+    assert finish(again, now) == clean["final"]
 
 
 def test_the_same_process_recovers_on_its_next_round_and_keeps_another_writers_topic(spark, prepared, tmp_path):
@@ -154,10 +197,17 @@ def test_the_same_process_recovers_on_its_next_round_and_keeps_another_writers_t
     clean_cluster.run_round()
 
     crashed = Cluster.open(spark, roots["crashed"], clock=ManualClock(start_ms=now))
-    crash_after(crashed.storage, table="replica_state")  # partitions, replica_state and others landed
+    append = crashed.storage.append
+
+    def append_but_the_rounds_row(df, path, round_id=None, step="", written_with=()):
+        if path.endswith("/rounds"):
+            raise Crash(f"before the commit to {path}")
+        append(df, path, round_id, step, written_with)
+
+    crashed.storage.append = append_but_the_rounds_row  # partitions, replica_state and the others land
     with pytest.raises(Crash):
         crashed.run_round()
-    crashed.storage.after_commit = None
+    crashed.storage.append = append
     Cluster.open(spark, roots["crashed"], clock=ManualClock(start_ms=now)).create_topic("u", 2, 2)
     report = crashed.run_round()
     assert report.round_id == round_id

@@ -1,8 +1,8 @@
 """The cluster's active round (Cluster.run_round) on its tables: the partition state from the
 last round's carry (or from the partitions and replica_state tables), the controller's wave when
 one is due (controller.py), client quotas, the active round (active.py), then the commits of what
-it changed: the partitions whose ISR changed, the replica_state rows and the produce results
-(the HW and the acks it allows, after the logs), and the rounds row last."""
+it changed: the partitions whose ISR changed, then the replica_state rows and the produce results
+(the HW and the acks it allows, after the logs) with the rounds row, in one wave."""
 
 from __future__ import annotations
 
@@ -170,8 +170,8 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
                  ) -> tuple[RoundReport, Carry]:
     """One round of the cluster by round v2 on today's tables: the partition state from the carry
     (or from the partitions and replica_state tables), the control job, the records written once
-    per broker, then the partitions whose ISR changed, the replica_state rows and the results the
-    round changed (the HW and the acks it allows, after the logs), and the rounds row last."""
+    per broker, then the partitions whose ISR changed, and the replica_state rows and the results
+    the round changed (the HW and the acks it allows, after the logs) with the rounds row."""
     started = time.perf_counter()
     lap = Laps()
     inputs = with_input_versions(storage, inputs)
@@ -226,6 +226,33 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
         storage, inputs, _retention_leaders(storage, inputs, state, topic_checks, down) if inputs.retention_due else None)
     tables = RoundTables(logs={b: storage.log_path(b) for b in inputs.brokers}, producers=storage.path("producers"))
 
+    def report_of(figures: dict) -> RoundReport:
+        added = figures["session_partitions_added"]
+        # (KIP-227: an incremental request adds partitions new to its session, and forgets those whose
+        # replica a reassignment took off the follower)
+        removed = wave.sessions_removed if wave is not None else {}
+        incremental = {c.session_id for c in inputs.contexts if c.kind == "incremental"}
+        after = [replace(s, size=s.size + added.get(s.session_id, 0)
+                         - (removed.get(s.session_id, 0) if s.session_id in incremental else 0))
+                 for s in inputs.sessions_after]
+        after, handles = sessions.follow_up(after, inputs.handles_after, figures["followed_up_sessions"])
+        return RoundReport(
+            round_id=inputs.round_id, now_ms=inputs.now_ms, inbox_version=inbox_version,
+            admin_version=admin_version,
+            retention_checked_ms=inputs.now_ms if inputs.retention_due else inputs.last_retention_check_ms,
+            fetch_request_partitions=figures["fetch_request_partitions"],
+            fetch_response_partitions=figures["fetch_response_partitions"],
+            active_partitions=figures["unsettled"],
+            **{name: int(figures[name]) for name in (
+                "records_appended", "records_replicated", "requests_acked", "requests_failed", "isr_shrinks",
+                "isr_expands", "under_replicated_partitions", "under_min_isr_partitions", "at_min_isr_partitions",
+                "offline_partitions", "max_lag", "pending_requests")},
+            duration_ms=int((time.perf_counter() - started) * 1000), batch_id=inputs.batch_id,
+            **session_figures(inputs, after, handles), throttled_requests=quota.waiting,
+            client_quota_bytes=quota.recorded, throttled_bytes=figures["throttled_bytes"], phases=dict(lap.phases))
+
+    reports: list[RoundReport] = []
+
     def commit_outputs(rows: DataFrame, figures: dict) -> None:
         round_id = inputs.round_id
         if figures["isr_changes"]:  # the ISR before the HW it allows (DESIGN.md: persisted before they take effect)
@@ -245,15 +272,19 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
             changed = changed.unionByName(rows.filter(~F.col("is_changed") & F.col("is_known"))
                                           .join(F.broadcast(wave.touched), on=PARTITION_KEY, how="left_semi"))
         if figures["changed"] or wave is not None:
-            answers.append((_replica_state_rows(changed), storage.path("replica_state")))
+            answers.append((_replica_state_rows(changed), "replica_state"))
         if figures["results"] or failed is not None or quota.waiting_results is not None:
             written = with_throttle_time(written, quota.held).select(*RESULTS_SCHEMA.fieldNames())
             if quota.waiting_results is not None:  # (a request waiting for its quota has no throttle time yet)
                 written = written.unionByName(quota.waiting_results.select(*RESULTS_SCHEMA.fieldNames()))
-            answers.append((written, storage.path("results")))
-        storage.append_all(answers, round_id)
-        for broker in sorted(figures["log_start_brokers"]):  # (after the logs and the HW: today's order)
+            answers.append((written, "results"))
+        for broker in sorted(figures["log_start_brokers"]):  # (after the logs; the round's row comes last)
             storage.delete_log_prefixes(broker, _log_starts_of(rows, broker), round_id)
+        # the last wave: the HW and ISR's rows, the results and the round's row at once; the row's
+        # commit names the others, and the round is complete when they all landed (recovery.py)
+        reports.append(report_of(figures))
+        storage.commit_round_row(spark.createDataFrame([tuple(reports[0].as_dict().values())], ROUNDS_SCHEMA),
+                                 answers, round_id)
 
     lap("inbox, quotas, sequences and log starts")
     active = run_active_round(_with_throttle_listing(state, topic_checks) if ctx.throttled else state,
@@ -263,32 +294,6 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
                               lagging_leaders=carry.lagging_leaders if carry is not None else None,
                               sequences=sequences, log_starts=log_starts, laps=lap)
     figures = active.figures
-    added = figures["session_partitions_added"]
-    # (KIP-227: an incremental request adds partitions new to its session, and forgets those whose
-    # replica a reassignment took off the follower)
-    removed = wave.sessions_removed if wave is not None else {}
-    incremental = {c.session_id for c in inputs.contexts if c.kind == "incremental"}
-    after = [replace(s, size=s.size + added.get(s.session_id, 0)
-                     - (removed.get(s.session_id, 0) if s.session_id in incremental else 0))
-             for s in inputs.sessions_after]
-    after, handles = sessions.follow_up(after, inputs.handles_after, figures["followed_up_sessions"])
-    report = RoundReport(
-        round_id=inputs.round_id, now_ms=inputs.now_ms, inbox_version=inbox_version,
-        admin_version=admin_version,
-        retention_checked_ms=inputs.now_ms if inputs.retention_due else inputs.last_retention_check_ms,
-        fetch_request_partitions=figures["fetch_request_partitions"],
-        fetch_response_partitions=figures["fetch_response_partitions"],
-        active_partitions=figures["unsettled"],
-        **{name: int(figures[name]) for name in (
-            "records_appended", "records_replicated", "requests_acked", "requests_failed", "isr_shrinks",
-            "isr_expands", "under_replicated_partitions", "under_min_isr_partitions", "at_min_isr_partitions",
-            "offline_partitions", "max_lag", "pending_requests")},
-        duration_ms=int((time.perf_counter() - started) * 1000), batch_id=inputs.batch_id,
-        **session_figures(inputs, after, handles), throttled_requests=quota.waiting,
-        client_quota_bytes=quota.recorded, throttled_bytes=figures["throttled_bytes"], phases=lap.phases)
-    storage.append_table(spark.createDataFrame([tuple(report.as_dict().values())], ROUNDS_SCHEMA), "rounds",
-                         inputs.round_id)
-    lap("commit rounds row")
     table_rows = state_table_rows + figures["changed_replicas"]
     # (the carried state is the tables' rows at the versions of the round's own commits after the
     # ones it read; an append of no rows is no commit)
@@ -298,6 +303,9 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
         table_rows = figures["replicas"]
     lap("compact replica_state")
     versions = tuple(storage.version_of_own_commits(table, v, inputs.round_id) for table, v in zip(CARRIED_TABLES, seen))
+    # (the rounds row holds the round's time until its last commit wave, which writes the row; the
+    # report returned holds all of it)
+    report = replace(reports[0], duration_ms=int((time.perf_counter() - started) * 1000), phases=lap.phases)
     return report, Carry(versions, active.state, active.pending, set(figures["lagging_leaders"]), table_rows,
                            topic_checks, unvalidated, quota.deferred, bool(figures["isr_expands"]))
 
