@@ -543,12 +543,8 @@ class Storage:
 
     @contextmanager
     def _metadata(self, user_metadata: str) -> Iterator[None]:
-        conf = self.spark.conf
-        conf.set("spark.databricks.delta.commitInfo.userMetadata", user_metadata)
-        try:
+        with self._session_conf("spark.databricks.delta.commitInfo.userMetadata", user_metadata):
             yield
-        finally:
-            conf.unset("spark.databricks.delta.commitInfo.userMetadata")
 
     @contextmanager
     def _tagged(self, round_id: int | None, path: str, step: str = "") -> Iterator[None]:
