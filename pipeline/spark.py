@@ -128,16 +128,22 @@ def jvm_archive() -> Path:
     return JVM_ARCHIVE_DIR / f"pyspark-{pyspark.__version__}.jsa"
 
 
+# The parallel collector instead of G1 (Java 17's default on 2 cores): the driver's work is CPU
+# bound and G1's concurrent threads take cycles from it (docs/benchmarks.md, "The driver's
+# garbage collector")
+GC_OPTION = "-XX:+UseParallelGC"
+
+
 def driver_java_options(short_lived: bool = False) -> str:
     """Options for a driver JVM that PySpark starts: the class-data-sharing archive when `make
-    setup` made one, and for a short-lived process (one CLI command) the C1 compiler only, which
-    compiles sooner and less than C2 (`replog topics --list`: see the README's CLI section)."""
+    setup` made one; for a short-lived process (one CLI command) the C1 compiler only, which
+    compiles sooner and less than C2 (`replog topics --list`: see the README's CLI section), else
+    the parallel garbage collector (GC_OPTION)."""
     archive = jvm_archive()
     # Spark splits these options at whitespace: a checkout whose path has some goes without
     usable = archive.is_file() and not any(c.isspace() for c in str(archive))
     options = [f"-XX:SharedArchiveFile={archive} {QUIET_CDS_LOG}"] if usable else []
-    if short_lived:
-        options.append("-XX:TieredStopAtLevel=1")
+    options.append("-XX:TieredStopAtLevel=1" if short_lived else GC_OPTION)
     return " ".join(options)
 
 
