@@ -2,16 +2,19 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pipeline import Cluster, ManualClock, get_spark
-from pipeline.spark import forget_table_logs
+from pipeline.spark import driver_java_options, forget_table_logs
 
 
 @pytest.fixture(scope="session")
 def spark():
     # small data: adaptive execution's extra per-stage jobs cost more than they save (rounds ~10%
     # faster without it, measured side by side); it changes no result
+    # the parallel collector: a worker makes and forgets hundreds of clusters, CPU bound on 2 cores
+    # (pipeline.spark.PARALLEL_GC)
     session = get_spark(extra={"spark.sql.shuffle.partitions": "1", "spark.default.parallelism": "2",
                                "spark.sql.adaptive.enabled": "false",
-                               "spark.databricks.delta.snapshotPartitions": "1"})
+                               "spark.databricks.delta.snapshotPartitions": "1",
+                               "spark.driver.extraJavaOptions": driver_java_options(parallel_gc=True)})
     yield session
     session.stop()
 

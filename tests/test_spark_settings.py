@@ -7,12 +7,13 @@ def test_driver_java_options_name_the_archive_when_setup_made_one_and_c1_for_sho
         tmp_path, monkeypatch):
     import pipeline.spark as spark_module
     monkeypatch.setattr(spark_module, "JVM_ARCHIVE_DIR", tmp_path)
-    assert spark_module.driver_java_options() == "-XX:+UseParallelGC"  # no archive: the collector only
+    assert spark_module.driver_java_options() == ""  # no archive: Java's defaults
+    assert spark_module.driver_java_options(parallel_gc=True) == "-XX:+UseParallelGC"
     assert spark_module.driver_java_options(short_lived=True) == "-XX:TieredStopAtLevel=1"
     spark_module.jvm_archive().write_bytes(b"archive")
     archive = f"-XX:SharedArchiveFile={tmp_path / spark_module.jvm_archive().name}"
-    assert spark_module.driver_java_options().split() == [archive, "-Xlog:cds=off", "-Xlog:cds+dynamic=off",
-                                                          "-XX:+UseParallelGC"]
+    assert spark_module.driver_java_options().split() == [archive, "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+    assert spark_module.driver_java_options(parallel_gc=True).split()[-1] == "-XX:+UseParallelGC"
     assert spark_module.driver_java_options(short_lived=True).split()[-1] == "-XX:TieredStopAtLevel=1"
     spaced = tmp_path / "a checkout"  # Spark splits the options at whitespace: no archive then
     spaced.mkdir()
@@ -21,7 +22,7 @@ def test_driver_java_options_name_the_archive_when_setup_made_one_and_c1_for_sho
     assert spark_module.driver_java_options(short_lived=True) == "-XX:TieredStopAtLevel=1"
 
 
-def test_the_sessions_jvm_maps_the_archive_that_setup_made(spark):
+def test_the_suites_jvm_maps_the_archive_that_setup_made_and_runs_the_parallel_collector(spark):
     from pipeline.spark import jvm_archive
     assert jvm_archive().is_file(), "make setup writes it (scripts/jvm_archive.py)"
     jvm = spark.sparkContext._jvm
@@ -29,7 +30,7 @@ def test_the_sessions_jvm_maps_the_archive_that_setup_made(spark):
     assert f"-XX:SharedArchiveFile={jvm_archive()}" in arguments
     assert "-XX:TieredStopAtLevel=1" not in arguments  # a long-lived process keeps C2
     collectors = {str(b.getName()) for b in jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()}
-    assert collectors == {"PS Scavenge", "PS MarkSweep"}  # the parallel collector, not G1
+    assert collectors == {"PS Scavenge", "PS MarkSweep"}  # the parallel collector (conftest.py), not G1
 
 
 def test_forgetting_the_table_logs_empties_deltas_cache_and_the_tables_read_and_write_as_before(spark, tmp_path):
