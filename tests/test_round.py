@@ -398,6 +398,7 @@ def test_retention_and_delete_records_run_in_v2_and_followers_take_the_leaders_l
 def test_a_v2_round_compacts_replica_state_to_its_current_rows_and_keeps_its_carry(spark, new_cluster, clock,
                                                                                   monkeypatch):
     monkeypatch.setattr(round_run, "STATE_COMPACTION_MIN_ROWS", 0)
+    monkeypatch.setattr(round_run, "STATE_COMPACTION_RATIO", 1)
     cluster = v2_cluster(new_cluster, clock)
     storage = cluster.storage
     assert storage.read("replica_state").count() == 6  # (the round compacted it too)
@@ -417,6 +418,27 @@ def test_a_v2_round_compacts_replica_state_to_its_current_rows_and_keeps_its_car
                   for r in cluster.replicas("orders").collect()) == \
         [(p, b, 3 - 3 * p, 3 - 3 * p) for p in range(2) for b in range(3)]
     assert storage.replica_state().select("topic", "partition", "broker").distinct().count() == 6
+
+
+def test_replica_state_is_compacted_once_the_superseded_rows_are_three_times_the_current_ones(
+        spark, new_cluster, clock, monkeypatch):
+    monkeypatch.setattr(round_run, "STATE_COMPACTION_MIN_ROWS", 0)
+    assert round_run.STATE_COMPACTION_RATIO == 3
+    cluster = v2_cluster(new_cluster, clock)
+    storage = cluster.storage
+    # 6 current rows; the first round rewrote each once: 6 superseded, fewer than 3 x 6
+    sizes = [storage.read("replica_state").count()]
+    # each round moves every replica of both partitions: 6 rows appended, until 18 are superseded
+    for i in range(3):
+        cluster.produce("orders", [{"value": f"v{i}", "partition": p} for p in range(2)], acks="all")
+        clock.advance(100)
+        cluster.run_round()
+        assert ran_v2(cluster)
+        sizes.append(storage.read("replica_state").count())
+    assert sizes == [12, 18, 6, 12]
+    assert cluster._carry.versions == table_versions(storage)
+    assert sorted((r["partition"], r["broker"], r["log_end_offset"]) for r in cluster.replicas("orders").collect()) \
+        == [(p, b, 3) for p in range(2) for b in range(3)]
 
 
 def test_the_idempotence_probe_reads_the_inbox_commits_statistics(spark, new_cluster, clock):

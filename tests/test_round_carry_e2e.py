@@ -60,6 +60,7 @@ def test_a_round_works_on_the_partitions_that_changed_and_replica_state_is_compa
     (a working set), the partition counts stay those of every partition, and replica_state, which
     rounds append to, is rewritten as its current rows once the superseded ones are as many."""
     monkeypatch.setattr(round_run, "STATE_COMPACTION_MIN_ROWS", 0)
+    monkeypatch.setattr(round_run, "STATE_COMPACTION_RATIO", 1)
     cluster = new_cluster(brokers=3)
     cluster.create_topic("t", partitions=8, replication_factor=3, config={"min.insync.replicas": "3"})
     clock.advance(500)
@@ -124,6 +125,7 @@ def test_a_round_compacts_from_the_table_when_another_writer_committed_during_it
     compaction): the compaction reads the table again instead, so the new topic's replicas stay, and
     the next round reads the tables again too."""
     monkeypatch.setattr(round_run, "STATE_COMPACTION_MIN_ROWS", 0)
+    monkeypatch.setattr(round_run, "STATE_COMPACTION_RATIO", 1)
     cluster = new_cluster(brokers=3)
     cluster.create_topic("t", partitions=2, replication_factor=3)
     storage, other = cluster.storage, Cluster.open(spark, cluster.storage.root, clock=clock)
@@ -149,6 +151,7 @@ def test_rounds_that_move_replicas_compact_from_what_they_carry(new_cluster, clo
     """A reassignment's rounds add replicas' rows and delete the dropped ones' (commits of the round
     itself): the rows they carry stay the table's current rows, and their compactions write them."""
     monkeypatch.setattr(round_run, "STATE_COMPACTION_MIN_ROWS", 0)
+    monkeypatch.setattr(round_run, "STATE_COMPACTION_RATIO", 1)
     cluster = new_cluster(brokers=3)
     cluster.add_broker()
     cluster.create_topic("t", partitions=2, replication_factor=2)
@@ -313,6 +316,7 @@ def test_a_round_that_finds_replica_state_compact_and_writes_no_state_row_keeps_
     rows, commits nothing to it: it must not count a compaction it did not commit (its carry was
     dropped, and the next round read every partition again)."""
     monkeypatch.setattr(round_run, "STATE_COMPACTION_MIN_ROWS", 0)
+    monkeypatch.setattr(round_run, "STATE_COMPACTION_RATIO", 1)
     cluster = new_cluster(brokers=2)
     cluster.create_topic("t", partitions=2, replication_factor=2)
     storage = cluster.storage

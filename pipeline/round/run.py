@@ -34,10 +34,13 @@ from pipeline.storage import Storage, is_concurrent_conflict
 __all__ = ["Carry", "run_round"]
 
 
-# replica_state is compacted once the rows superseded since its last compaction are at least as
-# many as the current ones, and at least this many (so the amortized cost per round follows the
-# rows a round writes; see Storage.replica_state)
+# replica_state is compacted once the rows superseded since its last compaction are at least
+# STATE_COMPACTION_RATIO times the current ones, and at least STATE_COMPACTION_MIN_ROWS (so the
+# amortized cost per round follows the rows a round writes; see Storage.replica_state). A readers'
+# query of the current rows reads at most (1 + ratio) times them; at 3 the rounds of a busy large
+# cluster compact a third as often as at 1 (docs/benchmarks.md, "replica_state's compaction").
 STATE_COMPACTION_MIN_ROWS = 10_000
+STATE_COMPACTION_RATIO = 3
 
 
 @dataclass(frozen=True)
@@ -353,11 +356,11 @@ def _controller_wave_if_due(spark: SparkSession, storage: Storage, inputs: Round
 def _compact_state(storage: Storage, state: DataFrame, current_rows: int, table_rows: int, round_id: int,
                    version: int) -> bool:
     """replica_state compacted to its current rows when the rows superseded since its last
-    compaction are at least as many as the current ones and at least STATE_COMPACTION_MIN_ROWS (as
-    today's round does it): the rows of the partition state after the round, written instead of
+    compaction are at least STATE_COMPACTION_RATIO times the current ones and at least
+    STATE_COMPACTION_MIN_ROWS: the rows of the partition state after the round, written instead of
     read again while the table is at `version` (this round's commits on the version it read);
     whether a compaction was committed."""
-    if table_rows - current_rows < max(current_rows, STATE_COMPACTION_MIN_ROWS):
+    if table_rows - current_rows < max(STATE_COMPACTION_RATIO * current_rows, STATE_COMPACTION_MIN_ROWS):
         return False
     rows = _replica_state_rows(state.withColumn("round_id", F.lit(round_id).cast("long")))
     try:
