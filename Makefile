@@ -39,10 +39,13 @@ bench: setup
 	@$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(PY) jobs/benchmark.py --scenario fetch-sessions --readme $(BENCH_ARGS)
 
-# the round as users run it: seconds and Spark jobs at P = 100 and 10,000 (minutes)
+# the round as users run it: seconds and Spark jobs at P = 100 and 10,000 (minutes), then the
+# README's round table and its chart from every saved figure (jobs/round_table.py names the others)
 bench-round: setup
+	@$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(PY) jobs/bench_round.py --partitions 100 --rounds 12
 	$(PY) jobs/bench_round.py --partitions 10000 --rounds 6
+	$(PY) jobs/round_table.py --readme --png benchmarks/round_targets.png
 
 # Airflow lives in its own environment (.venv-airflow): its Spark provider brings pyspark-client,
 # which cannot share one with pyspark. The DAG's tasks call this checkout's .venv spark-submit.
