@@ -42,7 +42,12 @@ def read_lagging_ranges(ranges_df: DataFrame, leaders: list[int], read_log: Call
     (KIP-74). The control job decides what the responses take within their limits. Log rows with
     `broker` the follower."""
     def from_leader(leader: int) -> DataFrame:
-        wanted = ranges_df.filter(F.col("leader") == leader).drop("leader")
+        # the ranges are the side to broadcast (a row per lagging follower), never the log: Spark
+        # sizes a Delta table by its compressed files, so a log of well-compressed values can look
+        # small enough to broadcast when it holds gigabytes of rows (5,000,000 repeated 100-byte
+        # values in 100 partitions failed a round with "Not enough memory to build and broadcast
+        # the table"), and a pinned ranges DataFrame has no size estimate, so it is never picked
+        wanted = F.broadcast(ranges_df.filter(F.col("leader") == leader).drop("leader"))
         return (read_log(leader).join(wanted, on=PARTITION_KEY, how="inner")
                 .filter((F.col("offset") >= F.col("from_offset")) & (F.col("offset") < F.col("to_offset"))))
     candidates = reduce(DataFrame.unionByName, [from_leader(leader) for leader in leaders])
