@@ -668,6 +668,22 @@ class Storage:
                     return False
         return True
 
+    def rows_added(self, table: str, after_version: int, to_version: int) -> int | None:
+        """The rows the commits after `after_version` up to `to_version` added, from the
+        statistics of the files they added (Delta's numRecords, on the driver: no Spark job). None
+        when a commit's log file or a file's statistics are missing."""
+        path, rows = self.path(table), 0
+        for version in range(after_version + 1, to_version + 1):
+            actions = self._commit_actions(path, version)
+            if actions is None:
+                return None
+            for add in (a["add"] for a in actions if "add" in a and a["add"].get("dataChange", True)):
+                records = json.loads(add.get("stats") or "{}").get("numRecords")
+                if records is None:
+                    return None
+                rows += records
+        return rows
+
     def restore(self, path: str, version: int, user_metadata: str) -> None:
         """Delta RESTORE of the table at `path` to `version`, in one commit tagged `user_metadata`."""
         with self._metadata(user_metadata):

@@ -114,6 +114,33 @@ def test_a_lagging_follower_whose_fetch_is_refused_with_a_session_error_writes_n
     assert {r["partition"]: r["log_end_offset"] for r in out.state.collect()} == {0: [1, 1, 0], 1: [1, 1, 1]}
 
 
+def test_a_lagging_followers_read_of_the_leaders_log_runs_compiled_and_the_round_interpreted(spark, tmp_path,
+                                                                                          monkeypatch):
+    from pipeline.round import active
+    tables = RoundTables({b: str(tmp_path / f"log{b}") for b in range(3)}, str(tmp_path / "state"))
+    state = spark.createDataFrame([empty_partition(0)], PARTITION_STATE_SCHEMA)
+    out = run_active_round(state, produced(spark, [("a", 1, [(0, "x"), (0, "y")])], 1), None,
+                           RoundContext(1, 100, (0, 1)), 1, tables, appender(tables))
+    keys = ("spark.sql.codegen.wholeStage", "spark.sql.codegen.factoryMode")
+    session = tuple(spark.conf.get(k) for k in keys)
+    assert session == ("false", "NO_CODEGEN")  # (the round's settings: FAST_CONFS)
+    seen, read = [], active.read_lagging_ranges
+
+    def reading(*args, **kwargs):  # the settings the read's plan is made and run under
+        df = read(*args, **kwargs)
+        checkpoint = df.localCheckpoint
+        monkeypatch.setattr(df, "localCheckpoint", lambda *a: seen.append(tuple(spark.conf.get(k) for k in keys))
+                            or checkpoint(*a))
+        return df
+
+    monkeypatch.setattr(active, "read_lagging_ranges", reading)
+    out = run_active_round(out.state, produced(spark, [], 2), None, RoundContext(2, 200, (0, 1, 2)), 1, tables,
+                           appender(tables), lagging_leaders=out.figures["lagging_leaders"])
+    assert seen == [("true", "FALLBACK")]
+    assert tuple(spark.conf.get(k) for k in keys) == session
+    assert log(spark, tables.logs[2]) == [(0, 0, "x", 1), (0, 1, "y", 1)]
+
+
 def test_a_lagging_followers_fetch_and_follow_up_each_take_the_partition_limit_at_least_one_record(spark, tmp_path):
     tables = RoundTables({b: str(tmp_path / f"log{b}") for b in range(3)}, str(tmp_path / "state"))
     state = spark.createDataFrame([empty_partition(0)], PARTITION_STATE_SCHEMA)
@@ -439,6 +466,33 @@ def test_replica_state_is_compacted_once_the_superseded_rows_are_three_times_the
     assert cluster._carry.versions == table_versions(storage)
     assert sorted((r["partition"], r["broker"], r["log_end_offset"]) for r in cluster.replicas("orders").collect()) \
         == [(p, b, 3) for p in range(2) for b in range(3)]
+
+
+def test_a_bulk_round_runs_compiled_and_a_round_of_a_few_records_interpreted(spark, new_cluster, clock, monkeypatch):
+    monkeypatch.setattr(round_run, "BULK_ROWS", 5)
+    cluster = v2_cluster(new_cluster, clock)
+    storage = cluster.storage
+    start = storage.version("inbox")
+    cluster.produce("orders", [{"value": f"a{i}", "partition": i % 2} for i in range(3)], acks=1)
+    cluster.produce("orders", [{"value": f"b{i}", "partition": 0} for i in range(2)], acks=1)
+    assert storage.rows_added("inbox", start, storage.version("inbox")) == 5
+    assert storage.rows_added("inbox", start + 1, storage.version("inbox")) == 2
+    keys = ("spark.sql.codegen.wholeStage", "spark.sql.codegen.factoryMode")
+    session, seen, run_active = tuple(spark.conf.get(k) for k in keys), [], round_run.run_active_round
+    monkeypatch.setattr(round_run, "run_active_round",
+                        lambda *a, **k: seen.append(tuple(spark.conf.get(key) for key in keys)) or run_active(*a, **k))
+    clock.advance(100)
+    report = cluster.run_round()  # 5 new inbox rows: bulk
+    assert report.records_appended == 5 and report.records_replicated == 10
+    for value in ("c", "d"):
+        cluster.produce("orders", [{"value": value, "partition": 1}], acks=1)
+        clock.advance(100)
+        # one new record: after the round that replicated 10 (bulk too), then after one that replicated 2
+        assert cluster.run_round().records_replicated == 2
+    assert seen == [("true", "FALLBACK"), ("true", "FALLBACK"), session]
+    assert tuple(spark.conf.get(k) for k in keys) == session == ("false", "NO_CODEGEN")
+    assert sorted(r["value"] for r in cluster.read("orders").collect()) == \
+        [b"a0", b"a1", b"a2", b"b0", b"b1", b"c", b"d"]
 
 
 def test_the_idempotence_probe_reads_the_inbox_commits_statistics(spark, new_cluster, clock):

@@ -29,6 +29,7 @@ from pipeline.round.inputs import (CARRIED_TABLES, REQUEST_KEY, RoundInputs, Rou
 from pipeline.round.reads import log_start_requests, partition_meta, pending_results, read_inbox, serving_brokers
 from pipeline.schemas import (NO_LEADER, PARTITION_KEY, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA,
                               ROUNDS_SCHEMA)
+from pipeline.spark import COMPILED_EXPRESSIONS, apply_settings, settings_restored
 from pipeline.storage import Storage, is_concurrent_conflict
 
 __all__ = ["Carry", "run_round"]
@@ -41,6 +42,11 @@ __all__ = ["Carry", "run_round"]
 # cluster compact a third as often as at 1 (docs/benchmarks.md, "replica_state's compaction").
 STATE_COMPACTION_MIN_ROWS = 10_000
 STATE_COMPACTION_RATIO = 3
+
+# a bulk round: at least this many new inbox rows, or this many records replicated in the round
+# before (followers catching up): its Spark steps run with compiled expressions (the session
+# interprets them, which is faster for a round's usual few rows)
+BULK_ROWS = 100_000
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,17 @@ def _has_idempotent_rows(storage: Storage, inputs: RoundInputs) -> bool:
         inbox = storage.read_changes("inbox", inputs.last_inbox_version, inputs.inbox_to_version)
         plain = not inbox.filter(F.col("producer_id").isNotNull()).limit(1).count()
     return not plain
+
+
+def is_bulk(storage: Storage, inputs: RoundInputs, inbox_version: int) -> bool:
+    """Whether the round is a bulk one (BULK_ROWS): many new inbox rows (from their commits'
+    statistics, no Spark job; without statistics, not bulk) or many records replicated by the
+    round before."""
+    if inputs.last_records_replicated >= BULK_ROWS:
+        return True
+    added = storage.rows_added("inbox", inputs.last_inbox_version, inbox_version) \
+        if inbox_version > inputs.last_inbox_version else 0
+    return added is not None and added >= BULK_ROWS
 
 
 def _sequences(storage: Storage, inbox: DataFrame, state: DataFrame, topic_checks: DataFrame) -> DataFrame:
@@ -290,12 +307,15 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
                                  answers, round_id)
 
     lap("inbox, quotas, sequences and log starts")
-    active = run_active_round(_with_throttle_listing(state, topic_checks) if ctx.throttled else state,
-                              inbox, pending, ctx, fetchers, tables,
-                              lambda appends: storage.append_all(appends, inputs.round_id),
-                              commit_outputs=commit_outputs, topic_checks=topic_checks,
-                              lagging_leaders=carry.lagging_leaders if carry is not None else None,
-                              sequences=sequences, log_starts=log_starts, laps=lap)
+    with settings_restored(spark, COMPILED_EXPRESSIONS):
+        if is_bulk(storage, inputs, inbox_version):
+            apply_settings(spark, COMPILED_EXPRESSIONS)
+        active = run_active_round(_with_throttle_listing(state, topic_checks) if ctx.throttled else state,
+                                  inbox, pending, ctx, fetchers, tables,
+                                  lambda appends: storage.append_all(appends, inputs.round_id),
+                                  commit_outputs=commit_outputs, topic_checks=topic_checks,
+                                  lagging_leaders=carry.lagging_leaders if carry is not None else None,
+                                  sequences=sequences, log_starts=log_starts, laps=lap)
     figures = active.figures
     table_rows = state_table_rows + figures["changed_replicas"]
     # (the carried state is the tables' rows at the versions of the round's own commits after the
