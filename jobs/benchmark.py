@@ -314,7 +314,7 @@ def throughput(spark, records: int, partitions: int, value_bytes: int, max_round
 
 def produce_run(spark, records: int, partitions: int, value_bytes: int, repeats: int) -> dict:
     from pipeline.produce import records_frame
-    from pipeline.spark import COMPILED_EXPRESSIONS, apply_settings, settings_restored
+    from pipeline.spark import compiled_expressions
 
     workdir = tempfile.mkdtemp(prefix="bench-produce-")
     try:
@@ -332,9 +332,7 @@ def produce_run(spark, records: int, partitions: int, value_bytes: int, repeats:
             cluster.storage.append_table(df, "inbox")
             times["interpreted_inbox"].append(time.perf_counter() - started)
             for name, compiled in (("raw_compiled", True), ("raw_interpreted", False)):
-                with settings_restored(spark, COMPILED_EXPRESSIONS):
-                    if compiled:
-                        apply_settings(spark, COMPILED_EXPRESSIONS)
+                with compiled_expressions(spark, when=compiled):
                     started = time.perf_counter()
                     rows.write.format("delta").mode("append").save(os.path.join(workdir, name))
                     times[name].append(time.perf_counter() - started)

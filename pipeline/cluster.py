@@ -32,7 +32,7 @@ from pipeline.replication import record_size
 from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round
 from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLIENT_QUOTAS_SCHEMA, CLUSTER_SCHEMA, GROUP_OFFSETS_SCHEMA, INBOX_SCHEMA,
                               LEASE_SCHEMA, LOG_SCHEMA, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
-from pipeline.spark import COMPILED_EXPRESSIONS, apply_settings, settings_restored
+from pipeline.spark import compiled_expressions
 from pipeline.storage import Storage, is_concurrent_conflict
 
 __all__ = ["Cluster"]
@@ -229,9 +229,7 @@ class Cluster:
         now = self.clock.now_ms()
         if isinstance(records, DataFrame):  # a bulk load is written with compiled expressions
             df = records_frame(records, topic, partitions, request_id, acks_value, now, client)
-            with settings_restored(self.spark, COMPILED_EXPRESSIONS):
-                if is_bulk(df):
-                    apply_settings(self.spark, COMPILED_EXPRESSIONS)
+            with compiled_expressions(self.spark, when=is_bulk(df)):
                 self.storage.append_table(df, "inbox")
             return request_id
         if isinstance(records, (str, bytes, dict)) or not hasattr(records, "__iter__"):

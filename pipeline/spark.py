@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipeline.jvm_lookups import convert_lists_in_bulk, remember_jvm_lookups, remember_named_columns
 
-__all__ = ["get_spark", "delta_jars", "SparkSetupError", "COMPILED_EXPRESSIONS", "settings_restored", "apply_settings",
+__all__ = ["get_spark", "delta_jars", "SparkSetupError", "COMPILED_EXPRESSIONS", "settings_restored", "compiled_expressions",
            "forget_table_logs", "without_size_estimate"]
 
 remember_jvm_lookups()  # every process that imports the pipeline: see jvm_lookups.py
@@ -92,10 +92,15 @@ def settings_restored(spark: SparkSession, keys: Iterable[str]) -> Iterator[dict
                 spark.conf.set(key, value)
 
 
-def apply_settings(spark: SparkSession, settings: dict[str, str]) -> None:
-    """Sets the session's SQL settings (inside `settings_restored`, for one block of work)."""
-    for key, value in settings.items():
-        spark.conf.set(key, value)
+@contextmanager
+def compiled_expressions(spark: SparkSession, when: bool = True) -> Iterator[None]:
+    """A block of work on many rows: the session's expressions compiled inside it when `when`
+    (COMPILED_EXPRESSIONS), the session's own settings back when it ends, whatever it set."""
+    with settings_restored(spark, COMPILED_EXPRESSIONS):
+        if when:
+            for key, value in COMPILED_EXPRESSIONS.items():
+                spark.conf.set(key, value)
+        yield
 
 
 def forget_table_logs(spark: SparkSession) -> None:

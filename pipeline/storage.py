@@ -25,7 +25,8 @@ from pyspark.sql.types import StructType
 from pipeline import schemas
 from pipeline.errors import ErrorCode, ReplogError
 
-__all__ = ["Storage", "TXN_APP_ID", "is_concurrent_conflict", "RECOVERY_APP_ID", "is_uri", "parse_tag", "current_rows", "current_rows_sql"]
+__all__ = ["Storage", "TXN_APP_ID", "is_concurrent_conflict", "RECOVERY_APP_ID", "is_uri", "parse_tag", "current_rows", "current_rows_sql",
+           "all_null", "added_rows"]
 
 TXN_APP_ID = "replog-round"
 RECOVERY_APP_ID = "replog-recovery"
@@ -168,6 +169,26 @@ def _wait_all(futures: list) -> None:
     for error in errors:
         if error is not None:
             raise error
+
+
+def all_null(file_stats: list[dict] | None, column: str) -> bool | None:
+    """Whether every row of the files whose statistics are `file_stats` (Storage.added_file_stats)
+    has `column` null; None when they are unknown or do not count that column's nulls."""
+    if file_stats is None:
+        return None
+    for stats in file_stats:
+        nulls = stats.get("nullCount", {}).get(column)
+        if nulls is None:
+            return None
+        if nulls < stats["numRecords"]:
+            return False
+    return True
+
+
+def added_rows(file_stats: list[dict] | None) -> int | None:
+    """The rows of the files whose statistics are `file_stats` (Storage.added_file_stats); None
+    when they are unknown."""
+    return None if file_stats is None else sum(stats["numRecords"] for stats in file_stats)
 
 
 def is_uri(root: str) -> bool:
@@ -649,40 +670,32 @@ class Storage:
             return None
         return next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
 
+    def added_file_stats(self, table: str, after_version: int, to_version: int) -> list[dict] | None:
+        """The statistics of every file the commits after `after_version` up to `to_version` added
+        (Delta's numRecords and nullCount per file), read from their log files on the driver (no
+        Spark job). None when a commit's log file or a file's statistics are missing: only reading
+        the rows can tell then."""
+        path, stats = self.path(table), []
+        for version in range(after_version + 1, to_version + 1):
+            actions = self._commit_actions(path, version)
+            if actions is None:
+                return None
+            for add in (a["add"] for a in actions if "add" in a and a["add"].get("dataChange", True)):
+                file_stats = json.loads(add.get("stats") or "{}")
+                if "numRecords" not in file_stats:
+                    return None
+                stats.append(file_stats)
+        return stats
+
     def null_in_commits(self, table: str, after_version: int, to_version: int, column: str) -> bool | None:
         """Whether every row the commits after `after_version` up to `to_version` added has
-        `column` null, from the statistics of the files they added (Delta's numRecords and
-        nullCount, on the driver: no Spark job). None when a commit's log file or a file's
-        statistics are missing: only reading the rows can tell then."""
-        path = self.path(table)
-        for version in range(after_version + 1, to_version + 1):
-            actions = self._commit_actions(path, version)
-            if actions is None:
-                return None
-            for add in (a["add"] for a in actions if "add" in a and a["add"].get("dataChange", True)):
-                stats = json.loads(add.get("stats") or "{}")
-                nulls = stats.get("nullCount", {}).get(column)
-                if nulls is None or "numRecords" not in stats:
-                    return None
-                if nulls < stats["numRecords"]:
-                    return False
-        return True
+        `column` null (all_null of their added_file_stats)."""
+        return all_null(self.added_file_stats(table, after_version, to_version), column)
 
     def rows_added(self, table: str, after_version: int, to_version: int) -> int | None:
-        """The rows the commits after `after_version` up to `to_version` added, from the
-        statistics of the files they added (Delta's numRecords, on the driver: no Spark job). None
-        when a commit's log file or a file's statistics are missing."""
-        path, rows = self.path(table), 0
-        for version in range(after_version + 1, to_version + 1):
-            actions = self._commit_actions(path, version)
-            if actions is None:
-                return None
-            for add in (a["add"] for a in actions if "add" in a and a["add"].get("dataChange", True)):
-                records = json.loads(add.get("stats") or "{}").get("numRecords")
-                if records is None:
-                    return None
-                rows += records
-        return rows
+        """The rows the commits after `after_version` up to `to_version` added (added_rows of their
+        added_file_stats)."""
+        return added_rows(self.added_file_stats(table, after_version, to_version))
 
     def restore(self, path: str, version: int, user_metadata: str) -> None:
         """Delta RESTORE of the table at `path` to `version`, in one commit tagged `user_metadata`."""

@@ -1,6 +1,6 @@
 """pipeline.spark's settings helpers and the driver's JVM options."""
 
-from pipeline.spark import forget_table_logs
+from pipeline.spark import compiled_expressions, forget_table_logs
 
 
 def test_driver_java_options_name_the_archive_when_setup_made_one_and_c1_for_short_lived_processes(
@@ -61,3 +61,20 @@ def test_a_pinned_frame_without_its_size_estimate_keeps_its_rows_and_runs_no_job
     assert int(str(scheduler.nextJobId())) == before
     assert estimate(plain) == 2 ** 63 - 1  # Spark's default: no product of products across rounds
     assert sorted(r.id for r in plain.collect()) == [0, 1, 2, 3, 4]
+
+
+def test_a_block_of_work_on_many_rows_runs_compiled_and_the_session_gets_its_own_settings_back(spark):
+    keys = ("spark.sql.codegen.wholeStage", "spark.sql.codegen.factoryMode")
+    session = tuple(spark.conf.get(k) for k in keys)
+    assert session == ("false", "NO_CODEGEN")  # (the suite's session interprets, as the product's does)
+    with compiled_expressions(spark):
+        assert tuple(spark.conf.get(k) for k in keys) == ("true", "FALLBACK")
+    with compiled_expressions(spark, when=False):
+        assert tuple(spark.conf.get(k) for k in keys) == session
+    try:
+        with compiled_expressions(spark):
+            spark.conf.set("spark.sql.codegen.factoryMode", "CODEGEN_ONLY")
+            raise RuntimeError("the block failed")
+    except RuntimeError:
+        pass
+    assert tuple(spark.conf.get(k) for k in keys) == session

@@ -24,7 +24,7 @@ from pipeline.round.control_job import (pending_requests, produce_results, run_c
                                         with_producer_checks)
 from pipeline.round.inputs import REQUEST_KEY
 from pipeline.schemas import LOG_SCHEMA, PARTITION_KEY, PRODUCERS_SCHEMA
-from pipeline.spark import COMPILED_EXPRESSIONS, apply_settings, settings_restored
+from pipeline.spark import compiled_expressions
 
 __all__ = ["RoundTables", "ActiveRound", "run_active_round"]
 
@@ -153,8 +153,7 @@ def _lagging_reads(state_df: DataFrame, ctx: RoundContext, tables: RoundTables,
     # (their files are not laid out by partition), so it costs what the logs hold, not what the
     # followers lack (one such read of a 5,000,000-row log: 27 s compiled against 65 s
     # interpreted; of a 20,000-row log 0.44 s against 0.60 s; docs/benchmarks.md)
-    with settings_restored(spark, COMPILED_EXPRESSIONS):
-        apply_settings(spark, COMPILED_EXPRESSIONS)
+    with compiled_expressions(spark):
         return read.localCheckpoint()
 
 

@@ -29,8 +29,8 @@ from pipeline.round.inputs import (CARRIED_TABLES, REQUEST_KEY, RoundInputs, Rou
 from pipeline.round.reads import log_start_requests, partition_meta, pending_results, read_inbox, serving_brokers
 from pipeline.schemas import (NO_LEADER, PARTITION_KEY, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA,
                               ROUNDS_SCHEMA)
-from pipeline.spark import COMPILED_EXPRESSIONS, apply_settings, settings_restored
-from pipeline.storage import Storage, is_concurrent_conflict
+from pipeline.spark import compiled_expressions
+from pipeline.storage import Storage, added_rows, all_null, is_concurrent_conflict
 
 __all__ = ["Carry", "run_round"]
 
@@ -70,26 +70,31 @@ class Carry:
     isr_expanded: bool = False
 
 
-def _has_idempotent_rows(storage: Storage, inputs: RoundInputs) -> bool:
-    """Whether the round's new inbox rows hold an idempotent producer's: from the statistics of
-    their Delta commits (Storage.null_in_commits), else a Spark job stopping at the first row."""
+def _new_inbox_stats(storage: Storage, inputs: RoundInputs) -> list[dict] | None:
+    """The statistics of the files the round's new inbox commits added (Storage.added_file_stats,
+    read once for the probes below; no Spark job): [] with no new commit, None when unknown."""
     if inputs.inbox_to_version <= inputs.last_inbox_version:
-        return False
-    plain = storage.null_in_commits("inbox", inputs.last_inbox_version, inputs.inbox_to_version, "producer_id")
+        return []
+    return storage.added_file_stats("inbox", inputs.last_inbox_version, inputs.inbox_to_version)
+
+
+def _has_idempotent_rows(storage: Storage, inputs: RoundInputs, inbox_stats: list[dict] | None) -> bool:
+    """Whether the round's new inbox rows hold an idempotent producer's: from the statistics of
+    their files (`_new_inbox_stats`), else a Spark job stopping at the first row."""
+    plain = all_null(inbox_stats, "producer_id")
     if plain is None:  # (no statistics: the rows tell)
         inbox = storage.read_changes("inbox", inputs.last_inbox_version, inputs.inbox_to_version)
         plain = not inbox.filter(F.col("producer_id").isNotNull()).limit(1).count()
     return not plain
 
 
-def is_bulk(storage: Storage, inputs: RoundInputs, inbox_version: int) -> bool:
-    """Whether the round is a bulk one (BULK_ROWS): many new inbox rows (from their commits'
-    statistics, no Spark job; without statistics, not bulk) or many records replicated by the
-    round before."""
+def is_bulk(inputs: RoundInputs, inbox_stats: list[dict] | None) -> bool:
+    """Whether the round is a bulk one (BULK_ROWS): many new inbox rows (from their files'
+    statistics, `_new_inbox_stats`; without statistics, not bulk) or many records replicated by
+    the round before."""
     if inputs.last_records_replicated >= BULK_ROWS:
         return True
-    added = storage.rows_added("inbox", inputs.last_inbox_version, inbox_version) \
-        if inbox_version > inputs.last_inbox_version else 0
+    added = added_rows(inbox_stats)
     return added is not None and added >= BULK_ROWS
 
 
@@ -239,7 +244,8 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
     # and those that waited (round._client_quotas; no Spark job without a quota or a waiting request)
     deferred = carry.deferred if carry is not None else deferred_requests(storage, inputs.last_throttled_requests)
     inbox, quota = apply_client_quotas(spark, inbox, deferred, inputs)
-    idempotent = _has_idempotent_rows(storage, inputs) or (
+    inbox_stats = _new_inbox_stats(storage, inputs)
+    idempotent = _has_idempotent_rows(storage, inputs, inbox_stats) or (
         deferred is not None and bool(inbox.filter(F.col("producer_id").isNotNull()).limit(1).count()))
     sequences = _sequences(storage, inbox, state, topic_checks) if idempotent else None
     log_starts, admin_version = log_start_requests(
@@ -307,9 +313,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
                                  answers, round_id)
 
     lap("inbox, quotas, sequences and log starts")
-    with settings_restored(spark, COMPILED_EXPRESSIONS):
-        if is_bulk(storage, inputs, inbox_version):
-            apply_settings(spark, COMPILED_EXPRESSIONS)
+    with compiled_expressions(spark, when=is_bulk(inputs, inbox_stats)):
         active = run_active_round(_with_throttle_listing(state, topic_checks) if ctx.throttled else state,
                                   inbox, pending, ctx, fetchers, tables,
                                   lambda appends: storage.append_all(appends, inputs.round_id),
@@ -330,7 +334,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
     # report returned holds all of it)
     report = replace(reports[0], duration_ms=int((time.perf_counter() - started) * 1000), phases=lap.phases)
     return report, Carry(versions, active.state, active.pending, set(figures["lagging_leaders"]), table_rows,
-                           topic_checks, unvalidated, quota.deferred, bool(figures["isr_expands"]))
+                         topic_checks, unvalidated, quota.deferred, bool(figures["isr_expands"]))
 
 
 def _replication_budgets(inputs: RoundInputs) -> dict[str, tuple[tuple[int, int], ...]]:
