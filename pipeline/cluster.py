@@ -30,6 +30,7 @@ from pipeline.errors import ErrorCode, ReplogError
 from pipeline.produce import check_client, is_bulk, parse_acks, record_rows, records_frame
 from pipeline.replication import record_size
 from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round
+from pipeline.round.reads import fetch_pair_counts
 from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, CLIENT_QUOTAS_SCHEMA, CLUSTER_SCHEMA, GROUP_OFFSETS_SCHEMA, INBOX_SCHEMA,
                               LEASE_SCHEMA, LOG_SCHEMA, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, TOPICS_SCHEMA)
 from pipeline.spark import compiled_expressions
@@ -346,9 +347,7 @@ class Cluster:
         when its version changed."""
         if self._pairs is None or self._pairs[0] != partitions_version:
             partitions = self.storage.read("partitions")
-            rows = (partitions.filter(F.col("leader") != -1)
-                    .select("leader", F.explode("replicas").alias("follower"))
-                    .filter(F.col("follower") != F.col("leader")).groupBy("follower", "leader").count()
+            rows = (fetch_pair_counts(partitions)
                     .unionByName(partitions.filter(controller.reassignment_in_progress(
                         F.col("adding_replicas"), F.col("removing_replicas")))
                         .select(F.lit(-1).alias("follower"), F.lit(-1).alias("leader"), F.lit(1).cast("long").alias("count"))
@@ -372,13 +371,18 @@ class Cluster:
         copies: consumer.ClientSessions.cache keeps only the followers' from them)."""
         return sessions.sessions_from_json(self._last_report.fetch_sessions if self._last_report else None)
 
-    def _session_inputs(self, paused: dict[int, int | None], down: set[int], partitions_version: int,
+    def _session_inputs(self, paused: dict[int, int | None], down: set[int], fetch_pairs: dict[tuple[int, int], int],
                         now: int) -> dict[str, Any]:
+        """The round's fetch requests as their leaders take them (KIP-227), for the (follower,
+        leader) -> partitions pairs. A round whose controller elects new leaders plans them again
+        with the pairs after its elections (RoundInputs.plan_sessions): the second plan starts from
+        the same sessions, so only its outcome counts, except that consumers' sessions the first
+        evicted stay evicted."""
         last, handles = self._round_sessions()
         clients = self._client_sessions()
         before = clients.cache(last)
         # a broker that is down neither fetches nor answers fetches
-        pairs = {k: v for k, v in self._fetch_pairs(partitions_version).items() if k[1] not in down}
+        pairs = {k: v for k, v in fetch_pairs.items() if k[1] not in down}
         contexts, after, handles, evictions = sessions.round_contexts(
             before, handles, pairs, set(paused), now,
             self.config["max.incremental.fetch.session.cache.slots"], self._rng,
@@ -479,7 +483,8 @@ class Cluster:
         restarted = replay.restarted if replay is not None else self._restarted
         decisions = self._controller_inputs(now)
         partitions_version = self.storage.version("partitions")
-        session_inputs = self._session_inputs(paused, set(decisions["down"]), partitions_version, now)
+        down = set(decisions["down"])
+        session_inputs = self._session_inputs(paused, down, self._fetch_pairs(partitions_version), now)
         checked = last.retention_checked_ms if last else None
         retention_due = checked is None or now - checked >= self.config["log.retention.check.interval.ms"]
         inputs = RoundInputs(
@@ -496,6 +501,7 @@ class Cluster:
             quota_sensors=self._quota_sensors("producer_byte_rate", now),
             last_throttled_requests=last.throttled_requests if last else None,
             restarted=restarted, controller=decisions, **session_inputs,
+            plan_sessions=lambda pairs: self._session_inputs(paused, down, pairs, now),
             inbox_to_version=replay.inbox_version if replay is not None else None,
             admin_to_version=replay.admin_version if replay is not None else None)
         now_at = (self.storage.version("inbox"), partitions_version, self.storage.version("admin"),

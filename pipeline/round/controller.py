@@ -26,7 +26,7 @@ they allow) with its election rows, then the dropped replicas' rows."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -36,7 +36,7 @@ from pipeline import controller as ctl
 from pipeline.carry import Keyed, pinned
 from pipeline.controller import NO_LEADER
 from pipeline.round.inputs import RoundInputs
-from pipeline.round.reads import partition_meta, read_replicas, serving, serving_brokers
+from pipeline.round.reads import fetch_pairs, partition_meta, read_replicas, serving, serving_brokers
 from pipeline.schemas import ELECTIONS_SCHEMA, PARTITION_KEY, PARTITIONS_SCHEMA, REPLICA_KEY, REPLICA_STATE_SCHEMA
 from pipeline.storage import Storage
 
@@ -300,6 +300,8 @@ class ControllerWave:
     new_leaders: DataFrame | None
     unvalidated: frozenset[int]
     sessions_removed: dict = field(default_factory=dict)
+    # the round's inputs with its fetch sessions planned for the leaders after the elections
+    inputs: RoundInputs | None = None
 
 
 def _unvalidated(rows: DataFrame) -> DataFrame:
@@ -334,6 +336,10 @@ def controller_wave(spark: SparkSession, storage: Storage, inputs: RoundInputs) 
         storage, inputs, Keyed.of(partition_meta(storage, inputs.cluster_config), PARTITION_KEY),
         Keyed.of(storage.replica_state().drop("round_id"), REPLICA_KEY))
     meta_df = meta.all()
+    if step.elections is not None and inputs.plan_sessions is not None \
+            and step.elections.filter(F.col("leader") != F.col("previous_leader")).limit(1).collect():
+        # a follower fetches from its new leader in the round that elected it (before its epoch check)
+        inputs = replace(inputs, **inputs.plan_sessions(fetch_pairs(meta_df)))
     replicas = read_replicas(spark, inputs, serving(meta_df, inputs), state.all())
     # (the check uses the leader's log as it is before the round appends to it)
     replicas = replicas.withColumns({"leader_leo": F.col("leader_leo_before"), "leader_lso": F.col("leader_lso_before")})
@@ -377,4 +383,5 @@ def controller_wave(spark: SparkSession, storage: Storage, inputs: RoundInputs) 
     return ControllerWave(
         meta=meta_df, replica_rows=rows,
         touched=reduce(DataFrame.unionByName, touched).distinct().localCheckpoint() if touched else empty,
-        new_leaders=new_leaders, unvalidated=unvalidated_brokers(rows, meta_df), sessions_removed=removed)
+        new_leaders=new_leaders, unvalidated=unvalidated_brokers(rows, meta_df), sessions_removed=removed,
+        inputs=inputs)

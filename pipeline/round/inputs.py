@@ -84,6 +84,11 @@ class RoundInputs:
     sessions_after: list = field(default_factory=list)
     handles_after: list = field(default_factory=list)
     session_evictions: int = 0
+    # the fetch sessions planned again for the (follower, leader) -> partitions pairs after the
+    # controller's elections (Cluster._session_inputs): returns contexts, sessions_after,
+    # handles_after and session_evictions, so a follower fetches from its new leader in the round
+    # that elected it, as Kafka's fetcher adds the partition at the leader change
+    plan_sessions: Callable[[dict], dict] | None = None
     # the first round of a process that opened an existing cluster: its brokers (re)start
     restarted: bool = False
     # the controller's decisions (Cluster._controller_inputs): fence, unfence, live_before_start,

@@ -60,6 +60,19 @@ def _by_key(keys: list[Any], pairs: dict[Any, Any], cast: str) -> Any:
         column = column.when(condition, F.lit(value))
     return column.cast(cast)
 
+def fetch_pair_counts(partitions: DataFrame) -> DataFrame:
+    """follower, leader, count: how many partitions each follower fetches from each leader (the
+    fetch requests of a round: O(brokers^2) rows)."""
+    return (partitions.filter(F.col("leader") != NO_LEADER)
+            .select("leader", F.explode("replicas").alias("follower"))
+            .filter(F.col("follower") != F.col("leader")).groupBy("follower", "leader").count())
+
+
+def fetch_pairs(partitions: DataFrame) -> dict[tuple[int, int], int]:
+    """fetch_pair_counts as (follower, leader) -> partitions, on the driver."""
+    return {(r["follower"], r["leader"]): r["count"] for r in fetch_pair_counts(partitions).collect()}
+
+
 def _fetch_pair(context: Any) -> tuple[int, int]:
     """(follower broker, leader broker) of a replica fetcher's fetch context."""
     return int(context.fetcher[len(sessions.REPLICA_FETCHER_PREFIX):]), context.leader

@@ -184,6 +184,12 @@ def _partition_rows(rows: DataFrame) -> DataFrame:
                           else F.col(f.name).cast(f.dataType).alias(f.name)) for f in PARTITIONS_SCHEMA.fields])
 
 
+def _fetch_contexts(inputs: RoundInputs) -> tuple[tuple[int, int, str, int], ...]:
+    """RoundContext.fetch_contexts of the round's planned fetch sessions."""
+    return tuple((int(c.fetcher[len(sessions.REPLICA_FETCHER_PREFIX):]), c.leader, c.kind, c.session_id)
+                 for c in inputs.contexts)
+
+
 def _last_fetches(inputs: RoundInputs) -> tuple[tuple[int, int], ...]:
     """(broker, its last fetch before the round): when its fetcher was paused, else the last round."""
     last = {b: inputs.paused_brokers.get(b) if b in inputs.paused_brokers else inputs.previous_round_ms
@@ -216,10 +222,11 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
                        response_max_bytes=int(config["replica.fetch.response.max.bytes"]),
                        restarted=inputs.restarted, paused_brokers=tuple(sorted(inputs.paused_brokers)),
                        broker_last_fetch_ms=_last_fetches(inputs),
-                       fetch_contexts=tuple((int(c.fetcher[len(sessions.REPLICA_FETCHER_PREFIX):]), c.leader, c.kind,
-                                             c.session_id) for c in inputs.contexts),
-                       **_replication_budgets(inputs))
+                       fetch_contexts=_fetch_contexts(inputs), **_replication_budgets(inputs))
     wave, unvalidated = _controller_wave_if_due(spark, storage, inputs, carry, ctx)
+    if wave is not None and wave.inputs is not None and wave.inputs is not inputs:  # (new leaders' sessions)
+        inputs = wave.inputs
+        ctx = replace(ctx, fetch_contexts=_fetch_contexts(inputs))
     lap("controller wave" if wave is not None else "controller check")
     if wave is not None:  # (its commits are the round's own: the versions after them are the ones read)
         carry, seen = None, table_versions(storage)
