@@ -12,7 +12,8 @@ from pipeline.control.fetch_session import (NO_SESSION, UNKNOWN, CachedPartition
 from pipeline.control.leader_append import assign_base_offsets, produce_error
 from pipeline.control.log_start import follower_log_start_offset, maybe_increment_log_start_offset
 from pipeline.control.partition import maybe_expand_isr, maybe_increment_leader_hw, out_of_sync_replicas
-from pipeline.control.replica import FetchState, is_caught_up, reset_replica_state, update_fetch_state
+from pipeline.control.replica import (FetchState, effective_fetch_state, is_caught_up, reset_replica_state,
+                                      update_fetch_state)
 
 LAG_MS = 100
 LEADER_LEO = 20
@@ -230,6 +231,18 @@ def test_reset_replica_state_catches_up_isr_members_now_and_others_never():
     assert after.last_fetch_time_ms.tolist() == [900, 0]
     assert after.last_fetch_leader_leo.tolist() == [18, 18]
     assert after.last_caught_up_time_ms.tolist() == [900, 0]
+
+
+def test_effective_fetch_state_credits_a_quiet_follower_with_its_brokers_last_fetch_not_a_reset_one():
+    # three followers at the leader's LEO (20); their brokers last fetched at 700 (the last round,
+    # or when a fetcher paused). The first last fetched this leader at 500: caught up at 700. The
+    # second is one a new leader reset outside the ISR (0, 0): its broker's fetch at 700 went to the
+    # old leader, so it stays never caught up and does not hold back the HW (lockstep seed 2). The
+    # third is not quiescent.
+    state = FetchState(A([500, 0, 500]), A([20, 20, 20]), A([500, 0, 400]))
+    after = effective_fetch_state(state, A([True, True, False]), A([700, 700, 700]), A([20, 20, 20]))
+    assert after.last_fetch_time_ms.tolist() == [700, 0, 500]
+    assert after.last_caught_up_time_ms.tolist() == [700, 0, 400]
 
 
 def test_time_without_rounds_does_not_count_after_a_restart():

@@ -69,7 +69,13 @@ def effective_fetch_state(state: FetchState, quiescent: np.ndarray, broker_last_
     """The fetch state of the `quiescent` followers (at the leader's LEO, their partition unchanged
     since their state was written): their broker kept fetching, at the leader's unchanged LEO, until
     its last fetch (`broker_last_fetch_ms`: the last round, or when its fetcher was paused), so
-    Kafka's rule makes that fetch the last one and the follower caught up at it."""
+    Kafka's rule makes that fetch the last one and the follower caught up at it.
+
+    A follower whose leader has no fetch of it on record (last fetch 0) keeps its state: a new
+    leader resets a replica outside the ISR so (Replica.resetReplicaState: never caught up, "to
+    ensure that the high watermark is not held back unnecessarily"), and a fetch its broker made
+    before the election went to the old leader."""
+    quiescent = quiescent & (state.last_fetch_time_ms > 0)
     later = np.maximum(state.last_fetch_time_ms, broker_last_fetch_ms)
     return FetchState(
         last_fetch_time_ms=np.where(quiescent, later, state.last_fetch_time_ms),
