@@ -44,3 +44,11 @@ class ManualClock(Clock):
             raise ValueError(f"ms must be a non-negative int, got {ms!r}")
         self._now += ms
         return self._now
+
+    def rewind(self, ms: int) -> int:
+        """Moves the clock back, as a wall clock can step back (an NTP correction, a job moved to
+        a machine whose clock is behind): rounds never run earlier than the round before them."""
+        if not isinstance(ms, int) or ms < 0 or ms > self._now:
+            raise ValueError(f"ms must be an int from 0 to {self._now}, got {ms!r}")
+        self._now -= ms
+        return self._now

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import socket
@@ -45,6 +46,8 @@ THROTTLE_BURST_SECONDS = 11
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _ISOLATION = ("read_committed", "read_uncommitted")
+
+_log = logging.getLogger(__name__)
 
 
 def _state(broker_row: Any) -> str:
@@ -480,6 +483,12 @@ class Cluster:
         last = self._last_report
         replay = self._replay
         now = replay.now_ms if replay is not None and replay.now_ms is not None else self.clock.now_ms()
+        if replay is None and last is not None and now < last.now_ms:
+            # the clock stepped back: the round runs at the last round's time, so no rule sees time go
+            # back (a lag, a session or a quota measured backwards) and no HW can move back by it
+            _log.warning("the clock reads %d ms, %d ms before the last round's time: the round runs at %d ms",
+                         now, last.now_ms - now, last.now_ms)
+            now = last.now_ms
         restarted = replay.restarted if replay is not None else self._restarted
         decisions = self._controller_inputs(now)
         partitions_version = self.storage.version("partitions")

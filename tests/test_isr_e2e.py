@@ -103,3 +103,29 @@ def test_a_process_that_opens_the_cluster_restarts_its_brokers(new_cluster, spar
     assert [(r.isr_shrinks, r.requests_failed) for r in reports] == [(0, 0), (0, 0)]
     assert [r["isr"] for r in job.describe("t").collect()] == [[0, 1, 2]]
     assert {r["status"] for r in job.produce_results().filter(f"request_id = '{request}'").collect()} == {"acked"}
+
+
+def test_a_clock_that_steps_back_runs_the_round_at_the_last_rounds_time(new_cluster, clock):
+    # a wall clock stepped back 60 s (past replica.lag.time.max.ms and broker.session.timeout.ms):
+    # the round runs at the last round's time, so nothing is measured backwards and no HW goes back
+    cluster = new_cluster(brokers=3)
+    cluster.create_topic("t", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
+    clock.advance(100_000)
+    first = cluster.produce("t", [{"value": "a"}], acks="all")
+    before = cluster.run_round()
+    cluster.pause_fetcher(2)
+    clock.rewind(60_000)
+    second = cluster.produce("t", [{"value": "b"}], acks="all")
+    after = cluster.run_round()
+    assert (before.now_ms, after.now_ms) == (100_000, 100_000)
+    row = cluster.describe("t").first()
+    assert (row["isr"], row["high_watermark"], row["log_end_offset"]) == ([0, 1, 2], 1, 2)
+    statuses = {r["request_id"]: r["status"] for r in cluster.produce_results().collect()}
+    assert (statuses[first], statuses[second]) == ("acked", "pending")  # broker 2 holds "b" back
+    # time goes on from the clock: 30,001 ms past the last round's time, broker 2 is shrunk
+    clock.advance(60_000 + 30_001)
+    cluster.run_round()
+    row = cluster.describe("t").first()
+    assert (row["isr"], row["high_watermark"]) == ([0, 1], 2)
+    with pytest.raises(ValueError, match="ms must be an int from 0"):
+        clock.rewind(clock.now_ms() + 1)
