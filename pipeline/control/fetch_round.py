@@ -563,8 +563,13 @@ def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarr
     leo_new = appends.leader_leo
     lso = parts.arrays["log_start_offset"]
     leader_lso = np.where(parts.is_leader, lso, 0).sum(axis=1)
+    # (a fetching follower that answered before the HW moved learns it at its next fetch, as Kafka's
+    # leader answers a waiting fetch when its HW moves: until then the partition is not settled)
+    hw_known = ((parts.arrays["replica_high_watermark"] == hw[:, None]) | parts.is_leader
+                | ~np.isin(parts.brokers, ctx.fetching_brokers))
     followers_settled = np.where(parts.exists, parts.in_isr & (parts.arrays["log_end_offset"] == leo_new[:, None])
-                                 & ((lso == leader_lso[:, None]) | ~parts.serving[:, None]), True).all(axis=1)
+                                 & ((lso == leader_lso[:, None]) | ~parts.serving[:, None]) & hw_known,
+                                 True).all(axis=1)
     width = parts.brokers.shape[1]
     state_moved = np.zeros(n, dtype=bool)
     for name in (*SESSION_ARRAYS, "log_start_offset"):  # (a leader's session cache entry is replica state)
