@@ -1,7 +1,7 @@
 PY := .venv/bin/python
 ROOT ?= demo-root
 
-.PHONY: setup test test-integration test-airflow airflow-setup demo clean profile bench bench-round soak
+.PHONY: setup test test-integration test-airflow airflow-setup demo clean profile bench bench-round soak soak-model
 
 setup:
 	@bash scripts/setup.sh
@@ -23,7 +23,12 @@ SEEDS ?= 1
 EVENTS ?= 300
 MAX_REPLAYS ?= 150
 soak: setup
-	$(PY) -m tests.soak.run $(if $(REPLAY),--replay $(REPLAY),--seed $(SEED) --seeds $(SEEDS) --events $(EVENTS) --max-replays $(MAX_REPLAYS))
+	$(PY) -m tests.soak.run $(if $(REPLAY),--replay $(REPLAY),--seed $(SEED) --seeds $(SEEDS) --events $(EVENTS) --max-replays $(MAX_REPLAYS) $(if $(RECORD),--record $(RECORD)))
+
+# the lockstep soak: the same events on the reference model (tests/soak/model.py) and a real cluster,
+# compared after every round (tests/soak/lockstep.py)
+soak-model: setup
+	$(PY) -m tests.soak.run --model --seed $(SEED) --seeds $(SEEDS) --events $(EVENTS) --max-replays $(MAX_REPLAYS) $(if $(RECORD),--record $(RECORD))
 
 demo: setup
 	$(PY) jobs/demo.py --root $(ROOT)

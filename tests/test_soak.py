@@ -14,7 +14,7 @@ def soaked(spark, tmp_path_factory):
 
 
 def test_a_short_soak_keeps_every_guarantee(soaked):
-    assert soaked.rounds >= 10
+    assert soaked.rounds >= 8
     assert soaked.expected.requests  # traffic was produced, and every request settled (checked in run)
 
 

@@ -5,12 +5,17 @@ candidate replayed on a fresh cluster, at most --max-replays of them), prints th
 saves its events as JSON (--out) and exits 1.
 
     python -m tests.soak.run --replay soak-7.json     replays a saved history (then heals)
+    python -m tests.soak.run --seed 155 --seeds 20 --record docs/soak_seeds.json
+                                                       appends each seed's result to the file
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
+import platform
 import sys
 import tempfile
 import time
@@ -19,28 +24,66 @@ from pipeline import get_spark
 from pipeline.spark import forget_table_logs
 from tests.soak.checker import Violation
 from tests.soak.shrink import shrink
+from tests.soak.lockstep import Lockstep
 from tests.soak.soak import Soak
 
 
-def _report_failure(spark, seed: int, v: Violation, args) -> None:
+def _save(path: str, seed: int, v: Violation, kind: type, events: list) -> None:
+    with open(path, "w") as f:
+        json.dump({"seed": seed, "check": v.check, "heal": v.during_heal, "model": kind is Lockstep,
+                   "events": events}, f, indent=1)
+
+
+def _report_failure(spark, seed: int, v: Violation, args, kind: type) -> None:
     print(f"seed {seed}: VIOLATION {v}", flush=True)
-    if args.max_replays <= 0:
+    out = args.out or f"soak-{seed}.json"
+    if args.max_replays <= 0:  # the whole history, to replay
+        _save(out, seed, v, kind, v.events)
+        print(f"seed {seed}: saved its {len(v.events)} events to {out} (not minimized)", flush=True)
         return
     print(f"seed {seed}: minimizing {len(v.events)} events (at most {args.max_replays} replays)...", flush=True)
     started = time.monotonic()
 
     def fresh_soak(root: str) -> Soak:
         forget_table_logs(spark)  # the last replay's tables are deleted
-        return Soak(spark, root, seed)
+        return kind(spark, root, seed)
 
     shrunk = shrink(fresh_soak, v.events, v.check, v.during_heal, max_replays=args.max_replays)
     state = "1-minimal" if shrunk.minimal else "the smallest found before the budget ran out"
     print(f"seed {seed}: minimal history, {len(shrunk.events)} of {len(v.events)} events ({state}; "
           f"{shrunk.replays} replays, {time.monotonic() - started:.0f} s):\n{shrunk.violation}", flush=True)
-    out = args.out or f"soak-{seed}.json"
-    with open(out, "w") as f:
-        json.dump({"seed": seed, "check": v.check, "heal": v.during_heal, "events": shrunk.events}, f, indent=1)
+    _save(out, seed, v, kind, shrunk.events)
     print(f"seed {seed}: saved to {out} (python -m tests.soak.run --replay {out})", flush=True)
+
+
+def _entry(args, seed: int, result: str, rounds, requests, started: float) -> dict:
+    entry = {"seed": seed, "events": args.events, "result": result, "rounds": rounds, "requests": requests,
+             "seconds": round(time.monotonic() - started), "date": datetime.date.today().isoformat()}
+    return {**entry, "lockstep": True} if args.model else entry
+
+
+def _command(args) -> str:
+    return f"make {'soak-model' if args.model else 'soak'} SEED={args.seed} SEEDS={args.seeds} EVENTS={args.events}"
+
+
+def record_seed(path: str, entry: dict, command: str) -> None:
+    """Appends one seed's result to the JSON file of seed results (created when missing), keeping
+    the file valid JSON after every seed, so a run stopped half way has recorded what it ran."""
+    if os.path.exists(path):
+        with open(path) as f:
+            data = json.load(f)
+    else:
+        data = {"command": command, "machine": f"{platform.machine()}, {os.cpu_count()} cores, local mode",
+                "seeds": []}
+    key = lambda s: (bool(s.get("lockstep")), s["events"], s["seed"])  # noqa: E731
+    data["seeds"] = [s for s in data["seeds"] if key(s) != key(entry)]
+    data["seeds"].append(entry)
+    data["seeds"].sort(key=key)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-replays", type=int, default=150,
                         help="replays the minimizer may spend on a failing history (0: do not minimize)")
     parser.add_argument("--out", help="where to save a minimal failing history (default soak-SEED.json)")
+    parser.add_argument("--model", action="store_true",
+                        help="the lockstep soak: the events the reference model covers, on the cluster and the "
+                             "model at once, compared after every round (tests/soak/lockstep.py)")
+    parser.add_argument("--record", metavar="FILE", help="append each seed's result (ok or the violated check) "
+                                                          "to this JSON file, as docs/soak_seeds.json")
     parser.add_argument("--replay", metavar="FILE", help="replay a saved history instead of drawing events")
     args = parser.parse_args(argv)
     spark = get_spark(extra={"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
@@ -61,23 +109,31 @@ def main(argv: list[str] | None = None) -> int:
             saved = json.load(f)
         with tempfile.TemporaryDirectory(prefix="soak-replay-") as root:
             try:
-                Soak(spark, f"{root}/cluster", saved["seed"]).replay(saved["events"])
+                (Lockstep if saved.get("model") else Soak)(spark, f"{root}/cluster", saved["seed"]).replay(
+                    saved["events"])
             except Violation as v:
                 print(f"replay {args.replay}: VIOLATION {v}", flush=True)
                 return 1
         print(f"replay {args.replay}: ok, {len(saved['events'])} events", flush=True)
         return 0
+    kind = Lockstep if args.model else Soak
     for seed in range(args.seed, args.seed + args.seeds):
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f"soak-{seed}-") as root:
             try:
-                soak = Soak(spark, f"{root}/cluster", seed).run(args.events)
+                soak = kind(spark, f"{root}/cluster", seed).run(args.events)
             except Violation as v:
-                _report_failure(spark, seed, v, args)
+                if args.record:
+                    record_seed(args.record, _entry(args, seed, f"violation [{v.check}]", None, None, started),
+                                _command(args))
+                _report_failure(spark, seed, v, args, kind)
                 return 1
         forget_table_logs(spark)
         print(f"seed {seed}: ok, {args.events} events, {soak.rounds} rounds, {len(soak.expected.requests)} "
               f"requests, {time.monotonic() - started:.0f} s", flush=True)
+        if args.record:
+            record_seed(args.record, _entry(args, seed, "ok", soak.rounds, len(soak.expected.requests), started),
+                        _command(args))
     return 0
 
 

@@ -3,7 +3,8 @@
 every round; at the end the cluster heals and every produce request must have settled.
 
 Events: produce with acks 0, 1 or all; idempotent batches and their retries; rounds; clock jumps
-(past replica.lag.time.max.ms and broker.session.timeout.ms); pause, resume and throttle of a
+(past replica.lag.time.max.ms and broker.session.timeout.ms) and steps back (a round runs no
+earlier than the one before it); pause, resume and throttle of a
 broker's fetcher; a broker crash and restart; the loss of a stopped broker's log directory; a round
 killed after a random one of its commits and run again (recovery); preferred leader elections;
 delete_records; topic creation; reassignments (KIP-455) of a partition to 2 or 3 of the brokers;
@@ -43,18 +44,20 @@ class Crash(Exception):
 WEIGHTS = {
     "produce": 6, "idempotent": 3, "round": 8, "wait": 2, "pause": 1, "resume": 2, "throttle": 1,
     "unthrottle": 1, "stop": 1, "start": 2, "lose_disk": 1, "crash_round": 2, "preferred": 1,
-    "delete_records": 1, "create_topic": 1, "read": 2, "reassign": 1, "quota": 1,
+    "delete_records": 1, "create_topic": 1, "read": 2, "reassign": 1, "quota": 1, "clock_back": 1,
 }
 CLIENT_ID = "soak"
 
 
 class Soak:
+    weights = WEIGHTS  # the events drawn, with their weights
+    config = {"min.insync.replicas": 2, "replica.fetch.max.bytes": 4096}
+
     def __init__(self, spark, root: str, seed: int):
         self.seed = seed
         self.rng = random.Random(seed)
         self.clock = ManualClock(start_ms=START_MS)
-        self.cluster = Cluster.create(spark, root, brokers=3, clock=self.clock,
-                                      config={"min.insync.replicas": 2, "replica.fetch.max.bytes": 4096})
+        self.cluster = Cluster.create(spark, root, brokers=3, clock=self.clock, config=dict(self.config))
         self.cluster.create_topic("clean", partitions=3, replication_factor=3)
         self.cluster.create_topic("unclean", partitions=2, replication_factor=3,
                                   config={"unclean.leader.election.enable": True})
@@ -71,6 +74,7 @@ class Soak:
         self.producers: dict[int, dict] = {}  # partition of "clean" -> producer id, epoch, next sequence, last batch
         self.rounds = 0
         self.quota_rate: int | None = None  # the client's producer_byte_rate
+        self.last_round_ms: int | None = None
 
     # -- helpers -----------------------------------------------------------------------------
     def _value(self) -> str:
@@ -84,10 +88,17 @@ class Soak:
         self.clock.advance(ms)
         report = self.cluster.run_round()
         self.rounds += 1
-        self._note(f"  round {report.round_id} at +{self.clock.now_ms() - START_MS} ms: appended "
+        if self.last_round_ms is not None and report.now_ms < self.last_round_ms:
+            raise Violation("clock", f"round {report.round_id} ran at {report.now_ms}, before the round before it "
+                                     f"({self.last_round_ms})")
+        self.last_round_ms = report.now_ms
+        self._note(f"  round {report.round_id} at +{report.now_ms - START_MS} ms: appended "
                    f"{report.records_appended}, acked {report.requests_acked}, failed {report.requests_failed}, "
                    f"isr -{report.isr_shrinks}/+{report.isr_expands}, offline {report.offline_partitions}")
-        self.checker.check()
+        self.after_round(report, self.checker.check())
+
+    def after_round(self, report, snap: dict) -> None:
+        """Called after every round that completed, with the checker's snapshot of the tables."""
 
     def _skip(self, what: str) -> None:
         self._note(f"skipped (does not apply now): {what}")
@@ -162,6 +173,16 @@ class Soak:
     def do_wait(self, ms: int) -> None:
         self._note(f"wait {ms} ms")
         self._round(ms)
+
+    def draw_clock_back(self) -> dict:
+        return {"ms": self.rng.choice([1_000, 10_000, 40_000])}
+
+    def do_clock_back(self, ms: int) -> None:
+        """The clock steps back (a wall clock corrected by NTP, a job moved to a machine whose clock
+        is behind), then a round: it must run no earlier than the round before it."""
+        self.clock.rewind(ms)
+        self._note(f"the clock steps back {ms} ms")
+        self._round(0)
 
     def draw_pause(self) -> dict | None:
         b = self.rng.choice([b for b in range(3) if b not in self.paused] or [None])
@@ -254,7 +275,7 @@ class Soak:
                        f"{len(done)})")
             # a round that completed is checked like any other: the checks that compare with the last
             # round (an election against the ISR before it, the HW) must see every round's outcome
-            self.checker.check()
+            self.after_round(report, self.checker.check())
         except Crash as crash:
             self._note(f"round killed {crash}")
         finally:
@@ -353,8 +374,8 @@ class Soak:
 
     def step(self, name: str, params: dict | None = None) -> None:
         """One event: drawn when `params` is None, else replayed as recorded."""
-        if not hasattr(self, f"do_{name}"):
-            raise ValueError(f"unknown soak event {name!r} (known: {', '.join(sorted(WEIGHTS))})")
+        if not hasattr(self, f"do_{name}") or name not in self.weights:
+            raise ValueError(f"unknown soak event {name!r} (known: {', '.join(sorted(self.weights))})")
         if params is None:
             params = getattr(self, f"draw_{name}")()
             if params is None:
@@ -369,7 +390,7 @@ class Soak:
 
     def run(self, events: int) -> "Soak":
         """`events` events drawn from the seed, then heal."""
-        names, weights = zip(*WEIGHTS.items())
+        names, weights = zip(*self.weights.items())
         return self.replay(self.rng.choices(names, weights)[0] for _ in range(events))
 
     def replay(self, events, heal: bool = True) -> "Soak":
