@@ -4,7 +4,7 @@
     replog topics   --create --topic T --partitions N --replication-factor RF [--config key=value ...]
     replog topics   --list | --describe [--topic T] [--under-replicated-partitions |
                     --under-min-isr-partitions | --unavailable-partitions]
-    replog produce  --topic T [--acks all] [--file F] [--key-separator SEP] [--client-id C] [--user U]
+    replog produce  --topic T [--acks all] [--file F] [--key-separator SEP] [--partition P] [--client-id C] [--user U]
                     (lines from stdin)
     replog consume  --topic T (--from-beginning | --offset N) [--partition P] [--replica B]
                     [--isolation read_committed|read_uncommitted] [--print-key]
@@ -135,6 +135,8 @@ def cmd_produce(args: argparse.Namespace) -> None:
             records.append({"key": key, "value": value})
         else:
             records.append({"value": line})
+    if args.partition is not None:
+        records = [{**r, "partition": args.partition} for r in records]
     if not records:
         print("replog produce: no lines to send", file=sys.stderr)
         return
@@ -434,6 +436,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--acks", default="1")
     p.add_argument("--file")
     p.add_argument("--key-separator")
+    p.add_argument("--partition", type=int, help="send every line to this partition (default: the partitioner)")
     p.add_argument("--client-id", help="Kafka's client.id: selects the client's produce quota")
     p.add_argument("--user", help="the user the client authenticated as (user quotas)")
 

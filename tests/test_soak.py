@@ -75,3 +75,40 @@ def test_an_errored_idempotent_batch_keeps_its_sequences_seed_104(spark, tmp_pat
     with pytest.raises(Violation, match=r"\[acked\].*'z' at clean-0 offset 2; the leader \d holds 'c'"):
         soak.replay([["idempotent", {"partition": 0, "values": ["z"], "base": 0, "kind": "batch", "epoch": 1}],
                      "round", "round"], heal=False)
+
+
+def test_the_checker_reads_the_isr_before_a_round_it_did_not_see(spark, tmp_path):
+    """An election in a round another process ran (the job's, between two of the soak's checks) is
+    judged against the ISR before that round, read from the partitions table's history."""
+    soak = Soak(spark, str(tmp_path / "c"), seed=3)
+    soak.replay([["pause", {"broker": 2}], ["produce", {"topic": "clean", "acks": 1, "records": [[0, "a"]]}],
+                 "round", ["wait", {"ms": 35_000}]], heal=False)
+    shrunk = soak.rounds  # the wait's round took broker 2, behind the leader's LEO, out of clean-0's ISR
+    assert sorted(soak.checker.isr_before_round(shrunk)[("clean", 0)]) == [0, 1, 2]
+    after = soak.checker.isr_before_round(shrunk + 1)
+    assert sorted(after[("clean", 0)]) == [0, 1] and sorted(after[("clean", 1)]) == [0, 1, 2]
+
+
+@pytest.mark.integration
+def test_the_job_killed_by_sigkill_while_two_processes_produce(spark, tmp_path):
+    """The soak's kill_job event: jobs/replicate.py under spark-submit runs rounds while two
+    `replog produce` processes write the inbox, and is killed with SIGKILL once a round of it is
+    caught committing; a new process's round undoes and replays it. Every guarantee holds (checked
+    after every round of the soak's), and every request, the other processes' too, settles."""
+    soak = Soak(spark, str(tmp_path / "c"), seed=5)
+    soak.replay([["produce", {"topic": "clean", "acks": "all", "records": [[0, "a"], [1, "b"]]}], "round",
+                 ["kill_job", {"after_rounds": 2, "producers": [
+                     {"topic": "clean", "partition": 2, "acks": "all", "values": ["c1", "c2"]},
+                     {"topic": "unclean", "partition": 1, "acks": 1, "values": ["d1"]}]}],
+                 ["produce", {"topic": "clean", "acks": "all", "records": [[2, "e"]]}], "round"])
+    killed = next(line for line in soak.history if "SIGKILL" in line)
+    assert "SIGKILL while round" in killed, soak.history
+    results = {(r["request_id"], r["partition"]): r for r in soak.cluster.produce_results().collect()}
+    cli = [rid for rid, (_, _, records) in soak.expected.requests.items() if records[0][1] in ("c1", "d1")]
+    assert len(cli) == 2 and all(results[(rid, soak.expected.requests[rid][2][0][0])]["status"] == "acked"
+                                 for rid in cli)
+    clean2 = [bytes(r["value"]).decode() for r in soak.cluster.read("clean", partition=2).orderBy("offset").collect()]
+    assert clean2 == ["c1", "c2", "e"]
+    recovered = [soak.cluster.storage.commit_info(soak.cluster.storage.log_path(b), v) for b in range(3)
+                 for v in range(soak.cluster.storage.table_version(soak.cluster.storage.log_path(b)) + 1)]
+    assert any((c or {}).get("userMetadata", "").startswith("replog-recovery=") for c in recovered)

@@ -13,7 +13,9 @@ Checked after every round (Violation names the check and the evidence):
 - hw_back: a clean topic's HW (the leader's) never moves back;
 - gap: every replica holds every offset from its log start offset to its LEO, nothing above;
 - isr: a partition's leader is in its ISR;
-- unclean: no leader is elected from outside the ISR on a clean topic;
+- unclean: no leader is elected from outside the ISR on a clean topic (the ISR before the election's
+  round: for rounds another process ran between two checks, read from the partitions table's
+  history);
 - read: a read_committed reader was never served an offset at or above the HW (`check_read`).
 
 `check_settled` at the end: every produce request with acks 1 or all ended acked or failed.
@@ -21,6 +23,7 @@ Checked after every round (Violation names the check and the evidence):
 
 from __future__ import annotations
 
+import json
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -47,6 +50,7 @@ class Checker:
         self.last_hw: dict[tuple[str, int], int] = {}
         self.last_isr: dict[tuple[str, int], list[int]] = {}
         self.checked_elections = 0
+        self.checked_round: int | None = None  # the newest round at the last check
 
     # -- reading (by path) -----------------------------------------------------------------
     def _table(self, name: str):
@@ -88,8 +92,25 @@ class Checker:
                 results[key] = r.asDict()
         elections = sorted((r.asDict() for r in self._table("elections").collect()),
                            key=lambda e: (e["round_id"], e["topic"], e["partition"]))
+        newest = self._table("rounds").selectExpr("max(round_id)").first()[0]
         return {"partitions": partitions, "state": state, "logs": logs, "results": results, "elections": elections,
-                "present": present}
+                "present": present, "round": newest}
+
+    def isr_before_round(self, round_id: int) -> dict[tuple[str, int], list[int]]:
+        """Every partition's ISR as it stood before round `round_id` wrote anything: the partitions
+        table at the version before its first commit tagged with that round or a later one (Delta
+        time travel). For rounds the checker did not see, as another process's (the job's)."""
+        log = os.path.join(self.root, "cluster", "partitions", "_delta_log")
+        before = None
+        for name in sorted(f for f in os.listdir(log) if f.endswith(".json") and f[:-5].isdigit()):
+            with open(os.path.join(log, name)) as f:
+                info = next((json.loads(line)["commitInfo"] for line in f if line.startswith('{"commitInfo"')), {})
+            meta = info.get("userMetadata") or ""
+            if meta.startswith("replog-round=") and int(meta.split("=", 1)[1].split(";", 1)[0]) >= round_id:
+                break
+            before = int(name[:-5])
+        table = self.spark.read.format("delta").option("versionAsOf", before).load(os.path.dirname(log))
+        return {(r["topic"], r["partition"]): list(r["isr"]) for r in table.select("topic", "partition", "isr").collect()}
 
     # -- the checks --------------------------------------------------------------------------
     def check(self, snap: dict | None = None) -> dict:
@@ -143,16 +164,22 @@ class Checker:
                     if ra != rb:
                         raise Violation("diverged", f"{topic}-{partition}: brokers {a} and {b} differ in [{lo}, {hi})")
 
+        unseen = {}  # round -> the ISRs before it, for rounds after the one checked last and before this one
         for e in snap["elections"][self.checked_elections:]:
             if clean(e["topic"]):
                 if e["election"] == "unclean":
                     raise Violation("unclean", f"unclean election on clean topic: {e}")
                 isr_before = self.last_isr.get((e["topic"], e["partition"]))
+                if self.checked_round is not None and e["round_id"] > self.checked_round + 1:
+                    if e["round_id"] not in unseen:
+                        unseen[e["round_id"]] = self.isr_before_round(e["round_id"])
+                    isr_before = unseen[e["round_id"]].get((e["topic"], e["partition"]))
                 if e["leader"] >= 0 and isr_before is not None and e["leader"] not in isr_before:
                     raise Violation("unclean", f"{e['topic']}-{e['partition']}: leader {e['leader']} elected from "
                                                f"outside the ISR {isr_before}: {e}")
         self.checked_elections = len(snap["elections"])
         self.last_isr = {k: list(p["isr"]) for k, p in parts.items()}
+        self.checked_round = snap["round"]
 
         for request_id, (topic, acks, records) in self.expected.requests.items():
             if acks != -1 or not clean(topic):

@@ -23,13 +23,16 @@ always the same ids.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import time
 
 from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
+from tests.soak import job as job_process
 from tests.soak.checker import Checker, Expected, Violation
 
 START_MS = 1_700_000_000_000
@@ -45,6 +48,7 @@ WEIGHTS = {
     "produce": 6, "idempotent": 3, "round": 8, "wait": 2, "pause": 1, "resume": 2, "throttle": 1,
     "unthrottle": 1, "stop": 1, "start": 2, "lose_disk": 1, "crash_round": 2, "preferred": 1,
     "delete_records": 1, "create_topic": 1, "read": 2, "reassign": 1, "quota": 1, "clock_back": 1,
+    "kill_job": 0.2,  # about 150 s each (three JVMs start): once in 200 events
 }
 CLIENT_ID = "soak"
 
@@ -55,6 +59,7 @@ class Soak:
 
     def __init__(self, spark, root: str, seed: int):
         self.seed = seed
+        self.spark, self.root = spark, root
         self.rng = random.Random(seed)
         self.clock = ManualClock(start_ms=START_MS)
         self.cluster = Cluster.create(spark, root, brokers=3, clock=self.clock, config=dict(self.config))
@@ -282,6 +287,59 @@ class Soak:
             self.cluster.storage.after_commit = None
         self._note("round (recovers and replays)")
         self._round()
+
+    def draw_kill_job(self) -> dict:
+        def producer() -> dict:
+            topic = self.rng.choice(sorted(self.topics))
+            return {"topic": topic, "partition": self.rng.randrange(self.topics[topic]),
+                    "acks": self.rng.choice([0, 1, "all"]), "values": self._values()}
+        return {"after_rounds": self.rng.randint(1, 3), "producers": [producer(), producer()]}
+
+    def do_kill_job(self, after_rounds: int, producers: list) -> None:
+        """The replication job under spark-submit takes over the rounds (its lease fences this
+        process's cluster object, as a restarted job fences a dead one); two `replog produce`
+        processes write the inbox during its rounds; once it has run `after_rounds` rounds, SIGKILL
+        while a round is committing (or, if none is caught within 300 s, between rounds). This
+        process then opens the cluster anew, as a restarted job would, and its round undoes and
+        replays the killed one. The job's rounds run on the wall clock (a jump forward from the
+        soak's clock, as a long wait); the soak's clock then moves to the job's last round."""
+        producers = [p for p in producers if p["partition"] < self.topics.get(p["topic"], 0)]
+        start, began = job_process.rounds_done(self.root), time.monotonic()
+        job = job_process.Job(self.root, log=os.path.join(os.path.dirname(self.root), f"job-{len(self.events)}.log"))
+        killed = None
+        try:
+            try:
+                if not job_process.wait_until(lambda: job_process.rounds_done(self.root) > start, 300, job,
+                                              "its first round"):
+                    raise Violation("job", f"the replication job ran no round in 300 s:\n{job.tail()}")
+                running = [job_process.start_producer(self.root, p["topic"], p["partition"], p["acks"], p["values"])
+                           for p in producers]
+                for p, process in zip(producers, running):
+                    rid = job_process.request_id(process, timeout=300)
+                    self.expected.requests[rid] = (p["topic"], ACKS[p["acks"]],
+                                                   [(p["partition"], v) for v in p["values"]])
+                    self._note(f"replog produce {p['topic']}-{p['partition']} acks={p['acks']} {p['values']} "
+                               f"-> {rid[:8]} (a process of its own, during the job's rounds)")
+                killed = job_process.wait_until(
+                    lambda: (r := job_process.round_in_flight(self.root, len(self.cluster.brokers))) is not None
+                    and r > start + after_rounds and r, 300, job, f"round {start + after_rounds}")
+            except RuntimeError as e:  # the job exited by itself, or a producer failed
+                raise Violation("job", str(e)) from None
+        finally:
+            job.kill()
+        done = job_process.rounds_done(self.root)
+        self._note(f"replication job ran rounds {start + 1}..{done}, SIGKILL "
+                   + (f"while round {killed} committed" if killed else "between rounds")
+                   + f" ({time.monotonic() - began:.0f} s)")
+        self.cluster = Cluster.open(self.spark, self.root, clock=self.clock)
+        last_ms = self.cluster.rounds().agg(F.max("now_ms")).first()[0]
+        if last_ms > self.clock.now_ms():
+            self.clock.advance(last_ms - self.clock.now_ms())
+        self.last_round_ms = max(self.last_round_ms or 0, last_ms)
+        self._note("round (a new process: recovers and replays)")
+        self._round()
+        if self.last_round_ms > self.clock.now_ms():  # the replayed round ran at the killed round's time
+            self.clock.advance(self.last_round_ms - self.clock.now_ms())
 
     def draw_preferred(self) -> dict:
         return {}
