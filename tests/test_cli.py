@@ -115,6 +115,13 @@ def test_an_operator_session(tmp_path):
     assert again.returncode == 1
     assert last_line(again) == "replog: TOPIC_ALREADY_EXISTS: topic 'orders' already exists"
 
+    # --partition: every line to one partition (kcat's -p), whatever the partitioner would pick
+    one = replog("produce", "--topic", "orders", "--partition", "0", "--acks", "1", stdin="p1\np2\np3\n", root=root)
+    assert one.returncode == 0 and one.stdout.startswith("Sent 3 records to orders (acks=1)")
+    assert replog("run", "--until-committed", root=root).returncode == 0
+    partition0 = replog("consume", "--topic", "orders", "--partition", "0", "--from-beginning", root=root)
+    assert partition0.stdout.splitlines()[-3:] == ["p1", "p2", "p3"], partition0.stderr[-2000:]
+
 
 def test_errors_are_one_line_and_exit_non_zero(tmp_path):
     missing = replog("topics", "--list", "--root", str(tmp_path / "nothing"))

@@ -14,6 +14,8 @@ limits (replica.fetch.max.bytes 1 MiB), which records of a few bytes never reach
 
 from __future__ import annotations
 
+from pyspark.sql import functions as F
+
 from tests.soak.checker import Violation
 from tests.soak.model import Model
 from tests.soak.soak import ACKS, START_MS, WEIGHTS, Soak
@@ -31,6 +33,7 @@ class Lockstep(Soak):
         self.model = Model(brokers=3, config=self.config)
         self._add_partitions(self.checker.snapshot())
         self.compared_rounds = 0
+        self.model_round = 0  # the newest round the model has stepped
 
     def _add_partitions(self, snap: dict) -> None:
         """The partitions the cluster holds that the model does not yet, on the same replicas (the
@@ -82,7 +85,14 @@ class Lockstep(Soak):
 
     # -- the comparison -----------------------------------------------------------------------
     def after_round(self, report, snap: dict) -> None:
+        # a round "killed" after its last commit had completed (its rounds row landed): the model
+        # steps it too, at its time, before this one
+        for r in (self.cluster.rounds().filter((F.col("round_id") > self.model_round)
+                                               & (F.col("round_id") < report.round_id))
+                  .orderBy("round_id").select("now_ms").collect() if report.round_id > self.model_round + 1 else []):
+            self.model.round(r["now_ms"])
         self.model.round(report.now_ms)
+        self.model_round = report.round_id
         self.compared_rounds += 1
         differences = compare(self.model.view(), snap)
         if differences:
