@@ -198,7 +198,7 @@ class Cluster:
             raise ReplogError(ErrorCode.INVALID_REPLICATION_FACTOR,
                               f"replication factor {rf} is more than the {len(placeable)} brokers that take new "
                               f"replicas ({len(self.brokers) - len(placeable)} being decommissioned)")
-        now = self.clock.now_ms()
+        now = self._admin_now_ms()
         start = len(self._topics_seen[1]) % len(placeable)  # (the topics _topic just read)
         assignment = assign_replicas(placeable, partitions, rf, start_index=start)
         self.storage.append_all([
@@ -330,6 +330,14 @@ class Cluster:
     @property
     def _round_id(self) -> int:
         return self._last_report.round_id if self._last_report else 0
+
+    def _admin_now_ms(self) -> int:
+        """The time an admin call stamps on what the rounds measure time from (a new replica's
+        last fetch, a restarted broker's registration, a resumed fetcher): the clock, but never
+        before the newest round's time. A clock that stepped back runs the rounds at the last
+        round's time, and a stamp before it would date a change before rounds that preceded it."""
+        now = self.clock.now_ms()
+        return max(now, self._last_report.now_ms) if self._last_report else now
 
     def last_batch_id(self) -> int | None:
         """The newest streaming micro-batch that ran a round here (None: none did): a replayed
@@ -955,7 +963,7 @@ class Cluster:
         self._set_broker(broker, fetcher_paused=True, changed_ms=self._last_report.now_ms if self._last_report else self.clock.now_ms())
 
     def resume_fetcher(self, broker: int) -> None:
-        self._set_broker(broker, fetcher_paused=False, changed_ms=self.clock.now_ms())
+        self._set_broker(broker, fetcher_paused=False, changed_ms=self._admin_now_ms())
 
     def throttle_fetcher(self, broker: int, max_bytes_per_round: int | None) -> None:
         """At most `max_bytes_per_round` bytes per partition per round to this follower (a slow
@@ -1002,7 +1010,7 @@ class Cluster:
         if lost:
             self._recreate_log(broker)
         # an empty log from a start that crashed before a round registered it is still a lost one
-        self._set_broker(broker, state=controller.STARTING, last_heartbeat_ms=self.clock.now_ms(),
+        self._set_broker(broker, state=controller.STARTING, last_heartbeat_ms=self._admin_now_ms(),
                          log_lost=lost or bool(row["log_lost"]))
 
     def _log_readable(self, broker: int) -> bool:
@@ -1120,7 +1128,7 @@ class Cluster:
         reassignment or a new topic places replicas on it."""
         self._broker_rows()
         broker = max(self.brokers) + 1
-        now = self.clock.now_ms()
+        now = self._admin_now_ms()
         self.storage.create_log(broker)  # the log first: a registered broker always has one
         self.storage.append_table(self.spark.createDataFrame(
             [(broker, self.storage.broker_root(broker), False, None, now, controller.RUNNING, now, False, False)],

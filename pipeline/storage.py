@@ -24,6 +24,7 @@ from pyspark.sql.types import StructType
 
 from pipeline import schemas
 from pipeline.errors import ErrorCode, ReplogError
+from pipeline.spark import settings_restored
 
 __all__ = ["Storage", "TXN_APP_ID", "is_concurrent_conflict", "RECOVERY_APP_ID", "is_uri", "parse_tag", "current_rows", "current_rows_sql",
            "all_null", "added_rows"]
@@ -543,16 +544,9 @@ class Storage:
 
     @contextmanager
     def _session_conf(self, key: str, value: str) -> Iterator[None]:
-        conf = self.spark.conf
-        before = conf.get(key, None)
-        conf.set(key, value)
-        try:
+        with settings_restored(self.spark, [key]):
+            self.spark.conf.set(key, value)
             yield
-        finally:
-            if before is None:
-                conf.unset(key)
-            else:
-                conf.set(key, before)
 
     @contextmanager
     def _round_commit(self, path: str, step: str) -> Iterator[None]:
@@ -686,16 +680,6 @@ class Storage:
                     return None
                 stats.append(file_stats)
         return stats
-
-    def null_in_commits(self, table: str, after_version: int, to_version: int, column: str) -> bool | None:
-        """Whether every row the commits after `after_version` up to `to_version` added has
-        `column` null (all_null of their added_file_stats)."""
-        return all_null(self.added_file_stats(table, after_version, to_version), column)
-
-    def rows_added(self, table: str, after_version: int, to_version: int) -> int | None:
-        """The rows the commits after `after_version` up to `to_version` added (added_rows of their
-        added_file_stats)."""
-        return added_rows(self.added_file_stats(table, after_version, to_version))
 
     def restore(self, path: str, version: int, user_metadata: str) -> None:
         """Delta RESTORE of the table at `path` to `version`, in one commit tagged `user_metadata`."""

@@ -14,6 +14,7 @@ from pipeline.round import Carry, table_versions
 from pipeline.round import run as round_run
 from pipeline.round.active import RoundTables, run_active_round
 from pipeline.schemas import INBOX_SCHEMA
+from pipeline.storage import added_rows, all_null
 
 
 def empty_partition(p):
@@ -479,8 +480,8 @@ def test_a_bulk_round_runs_compiled_and_a_round_of_a_few_records_interpreted(spa
     start = storage.version("inbox")
     cluster.produce("orders", [{"value": f"a{i}", "partition": i % 2} for i in range(3)], acks=1)
     cluster.produce("orders", [{"value": f"b{i}", "partition": 0} for i in range(2)], acks=1)
-    assert storage.rows_added("inbox", start, storage.version("inbox")) == 5
-    assert storage.rows_added("inbox", start + 1, storage.version("inbox")) == 2
+    assert added_rows(storage.added_file_stats("inbox", start, storage.version("inbox"))) == 5
+    assert added_rows(storage.added_file_stats("inbox", start + 1, storage.version("inbox"))) == 2
     keys = ("spark.sql.codegen.wholeStage", "spark.sql.codegen.factoryMode")
     session, seen, run_active = tuple(spark.conf.get(k) for k in keys), [], round_run.run_active_round
     monkeypatch.setattr(round_run, "run_active_round",
@@ -507,12 +508,12 @@ def test_the_idempotence_probe_reads_the_inbox_commits_statistics(spark, new_clu
     plain = storage.version("inbox")
     cluster.produce("orders", [{"value": "c", "partition": 0, "producer_id": 7, "producer_epoch": 0, "sequence": 0}],
                     acks=1)
-    assert storage.null_in_commits("inbox", start, plain, "producer_id") is True
-    assert storage.null_in_commits("inbox", start, storage.version("inbox"), "producer_id") is False
-    assert storage.null_in_commits("inbox", plain, storage.version("inbox"), "producer_id") is False
+    assert all_null(storage.added_file_stats("inbox", start, plain), "producer_id") is True
+    assert all_null(storage.added_file_stats("inbox", start, storage.version("inbox")), "producer_id") is False
+    assert all_null(storage.added_file_stats("inbox", plain, storage.version("inbox")), "producer_id") is False
     # a commit whose log file is gone (cleaned up after a checkpoint) tells nothing
     (Path(storage.path("inbox")) / "_delta_log" / f"{plain:020d}.json").unlink()
-    assert storage.null_in_commits("inbox", start, plain, "producer_id") is None
+    assert all_null(storage.added_file_stats("inbox", start, plain), "producer_id") is None
 
 
 def test_a_leader_crash_elects_in_v2_and_the_old_leader_truncates_its_diverging_suffix_when_it_returns(

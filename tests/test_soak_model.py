@@ -187,3 +187,23 @@ def test_the_model_steps_a_round_the_soak_killed_after_its_last_commit_seed_6(sp
     killed = soak.model_round + 1
     soak.replay(["round"], heal=False)  # compared with the model: raises on a difference
     assert soak.model_round == killed + 1 and soak._status(_produced(soak)) == {"acked"}
+
+
+def test_a_topic_created_after_the_clock_stepped_back_starts_at_the_last_rounds_time_seed_7(spark, tmp_path):
+    """Found by the lockstep soak (seed 7 of 150 events, round 6): a topic created while the clock
+    read 38 s before the last round's time. The model started its followers caught up at that
+    reading, so at the next round (which runs at the last round's time) a follower on a stopped,
+    not yet fenced broker was 39 s behind and left the ISR, and an acks=all request failed
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND where the cluster kept it in the ISR, as Kafka's new leader
+    does (it resets its ISR followers as caught up when it takes the partition, at the round). An
+    admin change is now stamped no earlier than the last round's time on both sides (the cluster
+    stamped the clock's reading, and a paused fetcher's last fetch before the topic existed was
+    credited as a fetch of it)."""
+    soak = Lockstep(spark, str(tmp_path / "c"), seed=7)
+    soak.replay(["round", ["stop", {"broker": 1}], ["clock_back", {"ms": 40_000}],
+                 ["create_topic", {"name": "t2", "partitions": 1, "replication_factor": 3}],
+                 ["produce", {"topic": "t2", "acks": "all", "records": [[0, "x"]]}], "round"], heal=False)
+    assert sorted(soak.checker.snapshot()["partitions"][("t2", 0)]["isr"]) == [0, 1, 2]
+    assert soak._status(_produced(soak)) == {"pending"}  # broker 1 is down but still in the ISR
+    created = soak.cluster.storage.read("replica_state").filter("topic = 't2'").agg({"last_caught_up_time_ms": "min"})
+    assert created.first()[0] >= soak.last_round_ms - 500  # not the clock's reading, 39 s before

@@ -336,8 +336,11 @@ def controller_wave(spark: SparkSession, storage: Storage, inputs: RoundInputs) 
         storage, inputs, Keyed.of(partition_meta(storage, inputs.cluster_config), PARTITION_KEY),
         Keyed.of(storage.replica_state().drop("round_id"), REPLICA_KEY))
     meta_df = meta.all()
-    if step.elections is not None and inputs.plan_sessions is not None \
-            and step.elections.filter(F.col("leader") != F.col("previous_leader")).limit(1).collect():
+    # the partitions whose leader the round's elections changed (one pass, before anything is written)
+    new_leaders = None if step.elections is None else (
+        step.elections.filter(F.col("leader") != F.col("previous_leader")).select(*PARTITION_KEY).distinct()
+        .localCheckpoint())
+    if new_leaders is not None and inputs.plan_sessions is not None and not new_leaders.isEmpty():
         # a follower fetches from its new leader in the round that elected it (before its epoch check)
         inputs = replace(inputs, **inputs.plan_sessions(fetch_pairs(meta_df)))
     replicas = read_replicas(spark, inputs, serving(meta_df, inputs), state.all())
@@ -363,13 +366,12 @@ def controller_wave(spark: SparkSession, storage: Storage, inputs: RoundInputs) 
         for r in ends.select("broker").distinct().collect():  # (O(brokers))
             if storage.path_exists(f"{storage.log_path(r['broker'])}/_delta_log"):  # (a lost log restarts empty)
                 storage.truncate_logs(r["broker"], ends.filter(F.col("broker") == r["broker"]).drop("broker"), round_id)
-    new_leaders = None
     if step.changed is not None:  # before the HW they allow, as the ISR's changes are
         storage.upsert(step.changed.withColumn("round_id", F.lit(round_id).cast("long"))
                        .select(*PARTITIONS_SCHEMA.fieldNames()), "partitions", PARTITION_KEY, round_id)
         storage.append_all([(step.elections, storage.path("elections"))], round_id)
-        new_leaders = (step.elections.filter(F.col("leader") != F.col("previous_leader"))
-                       .select(*PARTITION_KEY).distinct().localCheckpoint())
+    else:
+        new_leaders = None
     removed = {}
     if step.dropped is not None:  # the rows of the replicas a reassignment dropped go, after the partitions
         storage.delete_replicas(step.dropped.select(*REPLICA_KEY), round_id)

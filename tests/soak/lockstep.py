@@ -40,8 +40,13 @@ class Lockstep(Soak):
         assignment is the cluster's, not a replication rule)."""
         for (topic, partition), p in sorted(snap["partitions"].items()):
             if (topic, partition) not in self.model.partitions:
-                self.model.create_partition(topic, partition, list(p["replicas"]), self.clock.now_ms(),
+                self.model.create_partition(topic, partition, list(p["replicas"]), self._admin_now_ms(),
                                             unclean=topic in self.expected.unclean_topics)
+
+    def _admin_now_ms(self) -> int:
+        """The time the cluster stamps an admin change with: its clock, never before the last
+        round's time (a clock that stepped back)."""
+        return max(self.clock.now_ms(), self.last_round_ms or 0)
 
     # -- events, mirrored into the model ------------------------------------------------------
     def do_produce(self, topic: str, acks, records: list) -> None:
@@ -70,7 +75,7 @@ class Lockstep(Soak):
         was = set(self.stopped)
         super().do_start(broker)
         if broker in was - self.stopped:
-            self.model.start(broker, self.clock.now_ms())
+            self.model.start(broker, self._admin_now_ms())
 
     def do_create_topic(self, name: str, partitions: int, replication_factor: int) -> None:
         super().do_create_topic(name, partitions, replication_factor)
@@ -80,7 +85,7 @@ class Lockstep(Soak):
         for b in sorted(self.paused):
             self.model.resume(b)
         for b in sorted(self.stopped):
-            self.model.start(b, self.clock.now_ms())
+            self.model.start(b, self._admin_now_ms())
         super().heal(max_rounds)
 
     # -- the comparison -----------------------------------------------------------------------
