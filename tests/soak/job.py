@@ -49,6 +49,12 @@ def newest_round(table_dir: str) -> int:
     return 0
 
 
+def table_version(table_dir: str) -> int:
+    """A Delta table's newest version, from its log's file names (-1: no commit yet)."""
+    log = Path(table_dir) / "_delta_log"
+    return max((int(p.stem) for p in log.glob("*.json") if p.stem.isdigit()), default=-1) if log.exists() else -1
+
+
 def rounds_done(root: str) -> int:
     return newest_round(os.path.join(root, "cluster", "rounds"))
 
@@ -96,6 +102,14 @@ def start_producer(root: str, topic: str, partition: int, acks, values: list[str
     process.stdin.write("".join(f"{v}\n" for v in values))
     process.stdin.close()
     return process
+
+
+def check_producers(processes: list[subprocess.Popen]) -> None:
+    """Raises RuntimeError for a `replog produce` process that exited with an error."""
+    for process in processes:
+        if process.poll() not in (None, 0):
+            raise RuntimeError(f"replog produce failed ({process.returncode}): "
+                               f"{(process.stdout.read() + process.stderr.read())[-2000:]}")
 
 
 def request_id(process: subprocess.Popen, timeout: float) -> str:

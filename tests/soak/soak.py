@@ -298,8 +298,9 @@ class Soak:
     def do_kill_job(self, after_rounds: int, producers: list) -> None:
         """The replication job under spark-submit takes over the rounds (its lease fences this
         process's cluster object, as a restarted job fences a dead one); two `replog produce`
-        processes write the inbox during its rounds; once it has run `after_rounds` rounds, SIGKILL
-        while a round is committing (or, if none is caught within 300 s, between rounds). This
+        processes write the inbox during its rounds; once both requests are in the inbox and the job
+        has run `after_rounds` rounds, SIGKILL while a round is committing (the round that appends
+        them, as a rule; if none is caught within 300 s, between rounds). This
         process then opens the cluster anew, as a restarted job would, and its round undoes and
         replays the killed one. The job's rounds run on the wall clock (a jump forward from the
         soak's clock, as a long wait); the soak's clock then moves to the job's last round."""
@@ -312,21 +313,33 @@ class Soak:
                 if not job_process.wait_until(lambda: job_process.rounds_done(self.root) > start, 300, job,
                                               "its first round"):
                     raise Violation("job", f"the replication job ran no round in 300 s:\n{job.tail()}")
+                inbox = os.path.join(self.root, "cluster", "inbox")
+                landed = job_process.table_version(inbox) + len(producers)
                 running = [job_process.start_producer(self.root, p["topic"], p["partition"], p["acks"], p["values"])
                            for p in producers]
-                for p, process in zip(producers, running):
-                    rid = job_process.request_id(process, timeout=300)
-                    self.expected.requests[rid] = (p["topic"], ACKS[p["acks"]],
-                                                   [(p["partition"], v) for v in p["values"]])
-                    self._note(f"replog produce {p['topic']}-{p['partition']} acks={p['acks']} {p['values']} "
-                               f"-> {rid[:8]} (a process of its own, during the job's rounds)")
-                killed = job_process.wait_until(
-                    lambda: (r := job_process.round_in_flight(self.root, len(self.cluster.brokers))) is not None
-                    and r > start + after_rounds and r, 300, job, f"round {start + after_rounds}")
+
+                def appending() -> int | None:
+                    """A round in flight once both processes' requests are in the inbox (the round
+                    that appends them writes the logs; a round with nothing to do writes none)."""
+                    job_process.check_producers(running)
+                    if job_process.table_version(inbox) < landed:
+                        return None
+                    r = job_process.round_in_flight(self.root, len(self.cluster.brokers))
+                    return r if r is not None and r > start + after_rounds else None
+
+                killed = job_process.wait_until(appending, 300, job, f"round {start + after_rounds}")
             except RuntimeError as e:  # the job exited by itself, or a producer failed
                 raise Violation("job", str(e)) from None
         finally:
             job.kill()
+        try:
+            for p, process in zip(producers, running):
+                rid = job_process.request_id(process, timeout=300)
+                self.expected.requests[rid] = (p["topic"], ACKS[p["acks"]], [(p["partition"], v) for v in p["values"]])
+                self._note(f"replog produce {p['topic']}-{p['partition']} acks={p['acks']} {p['values']} "
+                           f"-> {rid[:8]} (a process of its own, during the job's rounds)")
+        except RuntimeError as e:  # a producer failed
+            raise Violation("job", str(e)) from None
         done = job_process.rounds_done(self.root)
         self._note(f"replication job ran rounds {start + 1}..{done}, SIGKILL "
                    + (f"while round {killed} committed" if killed else "between rounds")
