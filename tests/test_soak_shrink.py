@@ -56,10 +56,6 @@ class PlantedLoss(Soak):
         self._note("tamper: offset 0 of clean-0 deleted from every replica")
         self.checker.check()
 
-    @property
-    def spark(self):
-        return self.cluster.spark
-
 
 # one event the loss does not need (each replay is a fresh cluster: ddmin's 9 replays here are
 # minutes; with two more such events it took 20)
