@@ -24,10 +24,11 @@ from pipeline import quotas
 from pipeline import recovery
 from pipeline import views
 from pipeline.assignment import assign_replicas
+from pipeline.broker_dirs import check_locations, log_problem, split_dirs_config, write_problem
 from pipeline.clock import Clock, SystemClock
 from pipeline.config import (CLUSTER_KEYS, LONG_MAX, TOPIC_KEYS, to_json, validate_cluster_config, validate_topic_config,
                              with_defaults)
-from pipeline.errors import ErrorCode, ReplogError
+from pipeline.errors import ErrorCode, LogDirFailure, ReplogError
 from pipeline.produce import check_client, is_bulk, parse_acks, record_rows, records_frame
 from pipeline.replication import record_size
 from pipeline.round import Carry, RoundInputs, RoundReport, idle_round, run_round
@@ -125,24 +126,43 @@ class Cluster:
     # -- factories ---------------------------------------------------------------------------
     @classmethod
     def create(cls, spark: SparkSession, root: str, brokers: int = 3, config: Mapping[str, Any] | None = None,
-               clock: Clock | None = None) -> "Cluster":
-        """A new cluster at `root` with `brokers` empty brokers (ids 0..brokers-1)."""
+               clock: Clock | None = None, broker_dirs: Mapping[int, str] | None = None) -> "Cluster":
+        """A new cluster at `root` with `brokers` empty brokers (ids 0..brokers-1).
+
+        `broker_dirs`: a storage location per broker (Kafka's log.dirs; also `broker.<id>.log.dirs`
+        in `config`), a path or a URI Spark can write, each in a failure domain of its own; a broker
+        not named keeps `<root>/brokers/<id>`. The cluster's metadata stays under `root`.
+
+        >>> Cluster.create(spark, "/data/replog", brokers=3,
+        ...                broker_dirs={0: "/mnt/disk0/replog", 1: "/mnt/disk1/replog", 2: "s3a://b/replog-2"})
+        """
         if isinstance(brokers, bool) or not isinstance(brokers, int) or brokers < 1:
             raise ValueError(f"brokers must be an int >= 1, got {brokers!r}")
+        configured, config = split_dirs_config(config)
         full = validate_cluster_config(config)
         storage = Storage(spark, root)
         if storage.exists():
             raise ReplogError(ErrorCode.CLUSTER_ALREADY_EXISTS, f"{storage.root} already holds a cluster")
-        clock = clock or SystemClock()
         ids = list(range(brokers))
+        given = {**configured, **(broker_dirs or {})}
+        unknown = sorted(b for b in given if b not in ids)
+        clash = sorted(b for b in configured if b in (broker_dirs or {}) and configured[b] != broker_dirs[b])
+        if unknown or clash:
+            raise ReplogError(ErrorCode.INVALID_CONFIG, f"locations given for brokers {unknown}, which a cluster of "
+                              f"{brokers} brokers (0..{brokers - 1}) has not" if unknown else
+                              f"brokers {clash} are given one location in broker_dirs and another in the config")
+        storage.broker_dirs = check_locations(storage, given, {b: storage.default_broker_root(b) for b in ids
+                                                               if b not in given})
+        storage.cluster_id = str(uuid.uuid4())
+        clock = clock or SystemClock()
         storage.create_tables(ids)
         now = clock.now_ms()
         storage.append_table(spark.createDataFrame(
-            [(b, storage.broker_root(b), False, None, now, controller.RUNNING, now, False, False) for b in ids],
+            [(b, storage.stored_location(b), False, None, now, controller.RUNNING, now, False, False, None) for b in ids],
             BROKERS_SCHEMA), "brokers")
         storage.create_cluster_table()
         storage.append_table(spark.createDataFrame(
-            [(str(uuid.uuid4()), brokers, to_json(full), now)], CLUSTER_SCHEMA), "cluster")
+            [(storage.cluster_id, brokers, to_json(full), now)], CLUSTER_SCHEMA), "cluster")
         return cls(spark, storage, clock, full, ids)
 
     @classmethod
@@ -161,7 +181,11 @@ class Cluster:
                 raise ReplogError(ErrorCode.KAFKA_STORAGE_ERROR,
                                   f"the cluster at {storage.root} has lost its '{table}' table ({storage.path(table)} "
                                   "is not a Delta table): restore it from a backup or Delta's history")
-        brokers = sorted(r["broker"] for r in storage.read("brokers").select("broker").collect())
+        storage.cluster_id = row["cluster_id"]
+        located = storage.read("brokers").select("broker", "path").collect()
+        brokers = sorted(r["broker"] for r in located)
+        if storage.layout() >= 3:  # (an older root's brokers all have the default location, written absolute)
+            storage.set_broker_dirs((r["broker"], r["path"]) for r in located)
         storage.upgrade(brokers)  # a root made by an older release: the tables, columns and properties it lacks
         cluster = cls(spark, storage, clock or SystemClock(), with_defaults(json.loads(row["config"])), brokers,
                       views_wanted=views)
@@ -254,6 +278,7 @@ class Cluster:
         version = self.storage.version("brokers")
         if self._brokers_seen is None or self._brokers_seen[0] != version:
             self._brokers_seen = (version, self.storage.read("brokers").collect())
+            self.storage.set_broker_dirs((r["broker"], r["path"]) for r in self._brokers_seen[1])
             registered = sorted(r["broker"] for r in self._brokers_seen[1])
             if registered != self.brokers:
                 self.brokers = registered
@@ -469,22 +494,41 @@ class Cluster:
         nothing to do (no new produce request, every partition settled, no pending ack, no
         metadata or broker change since the last round, every fetch an incremental one of a
         session) only writes its metrics row, with the sessions' new epochs. With
-        `replication.fetch.mode=full` every round fetches every partition."""
+        `replication.fetch.mode=full` every round fetches every partition.
+
+        A running broker whose storage location has failed (its log gone, unreadable, another
+        cluster's, or refusing a write: broker_dirs.py) halts, as a Kafka broker whose only log dir
+        fails does: the round runs without it (again, when it met the failure mid-round, after
+        undoing what it had committed), and the controller fences it and moves its leaderships
+        after broker.session.timeout.ms. start_broker restarts it."""
         self._hold_lease()
-        if not self._recovery_checked:
-            self._check_logs()
-            replay = recovery.recover(self.storage, self.brokers, self._round_id)
-            self._recovery_checked = True
-            if replay is not None:  # (the rounds table is read again: the replayed round's row may have been undone)
-                self._replay, self._carry, self._seen, self._last = replay, None, None, _UNREAD
-        self._reload_config()
-        try:
-            return self._run_round(batch_id)
-        except BaseException:
-            # the round may have committed part of its writes: the next round undoes them first (or,
-            # if its last wave landed whole, it is complete: the rounds table is read again)
-            self._recovery_checked, self._carry, self._seen, self._last = False, None, None, _UNREAD
-            raise
+        while True:
+            try:
+                self._halt_failed_brokers()
+                if not self._recovery_checked:
+                    self._recover()
+                self._reload_config()
+                return self._run_round(batch_id)
+            except BaseException as err:
+                # the round may have committed part of its writes: the next round undoes them first (or,
+                # if its last wave landed whole, it is complete: the rounds table is read again)
+                self._recovery_checked, self._carry, self._seen, self._last = False, None, None, _UNREAD
+                failed = {err.broker: err.problem} if isinstance(err, LogDirFailure) and err.broker is not None else {}
+                if not isinstance(err, Exception) or not self._halt_failed_brokers(failed):
+                    raise
+
+    def _recover(self) -> None:
+        """Undoes what an interrupted round committed, and takes its inputs for the replay
+        (recovery.py). A halted broker's log is left as it is: when it holds a commit of such a
+        round, that broker restarts empty."""
+        failed = [r["broker"] for r in self._broker_rows() if r["log_dir_failure"] is not None]
+        stale = recovery.stale_logs(self.storage, failed, self._round_id)
+        for broker in stale:
+            self._set_broker(broker, log_lost=True)
+        replay = recovery.recover(self.storage, [b for b in self.brokers if b not in failed], self._round_id)
+        self._recovery_checked = True
+        if replay is not None:  # (the rounds table is read again: the replayed round's row may have been undone)
+            self._replay, self._carry, self._seen, self._last = replay, None, None, _UNREAD
 
     def _run_round(self, batch_id: int | None) -> RoundReport:
         paused, throttles = self._broker_states()
@@ -548,34 +592,29 @@ class Cluster:
         """An active round (pipeline/round/run.py), with the last round's carry."""
         return run_round(self.spark, self.storage, inputs, self._carry)
 
-    def _check_logs(self) -> None:
-        """Before this object's first round (and after a failed one): the log of every broker that
-        runs is a Delta table with the log's columns. A log directory that is gone, replaced or
-        foreign is Kafka's failed log dir: KAFKA_STORAGE_ERROR, before anything is written, saying
-        how to restart the broker empty (it refetches from the leaders)."""
+    def _halt_failed_brokers(self, failed: Mapping[int, str] | None = None) -> list[int]:
+        """Halts every running (or starting) broker whose storage location has failed: those in
+        `failed` (broker -> what a write met) and those whose log a check of its Delta snapshot finds
+        gone, unreadable, of another schema or another cluster's (no Spark job). A halted broker is
+        stopped as by stop_broker, and its brokers row says why. Returns the brokers it halted."""
+        problems = {}
         for r in self._broker_rows():
-            broker, state = r["broker"], _state(r)
-            if state in (controller.STOPPED, controller.FENCED):
+            broker = r["broker"]
+            if _state(r) in (controller.STOPPED, controller.FENCED):
                 continue
-            problem = self._log_problem(broker)
+            problem = (failed or {}).get(broker)
+            if problem is None:
+                found = log_problem(self.storage, broker)
+                problem = found and f"the log of broker {broker} at {self.storage.log_path(broker)} {found}"
             if problem:
-                raise ReplogError(ErrorCode.KAFKA_STORAGE_ERROR,
-                                  f"the log of broker {broker} at {self.storage.log_path(broker)} {problem}: "
-                                  f"stop_broker({broker}) and start_broker({broker}) restart it empty, to refetch "
-                                  "from the leaders")
-
-    def _log_problem(self, broker: int) -> str | None:
-        """What is wrong with a broker's log directory (None: it is a readable Delta table with the
-        log's columns)."""
-        path = self.storage.log_path(broker)
-        if not self.storage.path_exists(f"{path}/_delta_log"):
-            return "is not a Delta table"
-        try:  # its Delta log, loaded with no Spark job; a data file's damage fails the round that reads it
-            columns = {f.name: f.dataType for f in self.storage.schema_at(path).fields}
-        except Exception as e:  # a corrupted log
-            return f"cannot be read ({type(e).__name__})"
-        wrong = [f.name for f in LOG_SCHEMA.fields if columns.get(f.name) != f.dataType]
-        return f"has a foreign schema (columns {wrong} missing or of another type)" if wrong else None
+                problems[broker] = problem
+        for broker, problem in sorted(problems.items()):
+            _log.warning("broker %d halts: its log directory failed (%s); start_broker(%d) restarts it", broker,
+                         problem, broker)
+            self.stop_broker(broker, log_dir_failure=problem)
+        if problems:
+            self._register_views()
+        return sorted(problems)
 
     def _lease_row(self):
         return self.storage.read("lease").filter(F.col("lease") == "replication").first()
@@ -777,7 +816,8 @@ class Cluster:
         not rows, so it takes the one-writer lease as a round does and finishes an interrupted
         round first. KAFKA_STORAGE_ERROR when a directory refuses the writes."""
         self._hold_lease_recovered()
-        report = maintenance.maintain(self.storage, self.brokers, self.config)
+        healthy = [r["broker"] for r in self._broker_rows() if r["log_dir_failure"] is None]  # (not a halted one's)
+        report = maintenance.maintain(self.storage, healthy, self.config)
         self._last_maintenance_ms = self.clock.now_ms()
         maintenance.record_pass(self.storage, self._last_maintenance_ms)
         return report
@@ -980,7 +1020,12 @@ class Cluster:
     def _broker_state(self, broker: int) -> str:
         return _state(self._broker_row(broker))
 
-    def stop_broker(self, broker: int) -> None:
+    def _register_views(self) -> None:
+        """The replog.* views again, over the logs there are now (a halted broker's may be gone)."""
+        if self._views:
+            views.register_views(self.spark, self.storage, self.brokers, self.config["min.insync.replicas"])
+
+    def stop_broker(self, broker: int, log_dir_failure: str | None = None) -> None:
         """A crash: from now on the broker neither heartbeats nor fetches nor answers fetches, and
         its tables stay as they are. Its partitions take no produce requests
         (NOT_LEADER_OR_FOLLOWER) until the controller fences it, broker.session.timeout.ms after its
@@ -989,33 +1034,43 @@ class Cluster:
         registration, and a lost log it restarted with stays on record for its next start."""
         state = self._broker_state(broker)
         if state == controller.STARTING:
-            self._set_broker(broker, state=controller.STOPPED)
+            self._set_broker(broker, state=controller.STOPPED, log_dir_failure=log_dir_failure)
             return
         if state != controller.RUNNING:
             raise ReplogError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker} is not running ({state})")
         last_heartbeat = self._last_report.now_ms if self._last_report else self.clock.now_ms()
-        self._set_broker(broker, state=controller.STOPPED, last_heartbeat_ms=last_heartbeat)
+        self._set_broker(broker, state=controller.STOPPED, last_heartbeat_ms=last_heartbeat,
+                         log_dir_failure=log_dir_failure)
 
     def start_broker(self, broker: int) -> None:
         """Restarts a stopped broker. It registers again: the next round ends its old session (it
         leaves every ISR it is not the last member of, and leadership) and unfences it; its replicas
         then fetch, truncate any suffix that diverges from their leader's log by leader epoch, and
         rejoin the ISR once caught up. A broker whose log directory is gone or unreadable restarts
-        empty, and stays out of every ISR and of leadership until it has fetched everything back."""
+        empty, and stays out of every ISR and of leadership until it has fetched everything back:
+        so does one whose location was replaced by an empty one. A location that cannot be written
+        is refused (KAFKA_STORAGE_ERROR): the broker stays stopped."""
         row = self._broker_row(broker)
         state = _state(row)
         if state not in (controller.STOPPED, controller.FENCED):
             raise ReplogError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker} is not stopped ({state})")
-        lost = not self._log_readable(broker)
+        where = self.storage.broker_root(broker)
+        unwritable = write_problem(self.storage, where)
+        if unwritable:
+            raise ReplogError(ErrorCode.KAFKA_STORAGE_ERROR, f"broker {broker} cannot start: its location {where} "
+                              f"{unwritable}")
+        # a missing, corrupted or foreign log restarts empty, as Kafka does with a failed log dir; so
+        # does a log an interrupted round wrote to after the broker halted (recovery could not undo it),
+        # and an empty log from a start that crashed before a round registered it is still a lost one
+        lost = bool(row["log_lost"]) or log_problem(self.storage, broker) is not None
         if lost:
             self._recreate_log(broker)
-        # an empty log from a start that crashed before a round registered it is still a lost one
-        self._set_broker(broker, state=controller.STARTING, last_heartbeat_ms=self._admin_now_ms(),
-                         log_lost=lost or bool(row["log_lost"]))
+        self._set_broker(broker, state=controller.STARTING, last_heartbeat_ms=self._admin_now_ms(), log_lost=lost,
+                         log_dir_failure=None)
+        self._register_views()
 
     def _log_readable(self, broker: int) -> bool:
-        # a missing, corrupted or foreign log: restart it empty, as Kafka does with a failed log dir
-        return self._log_problem(broker) is None
+        return log_problem(self.storage, broker) is None
 
     def _recreate_log(self, broker: int) -> None:
         """An empty log for `broker` and its replicas' offsets back to 0 (they refetch from the
@@ -1123,16 +1178,22 @@ class Cluster:
         partition the records and bytes its adding replicas still have to fetch from the leader."""
         return self.spark.sql(views.reassignments_sql(self.storage, self.brokers))
 
-    def add_broker(self) -> int:
+    def add_broker(self, dir: str | None = None) -> int:
         """Registers a new, empty broker (the next id) and returns its id; it hosts nothing until a
-        reassignment or a new topic places replicas on it."""
+        reassignment or a new topic places replicas on it. `dir`: its storage location (as
+        `broker_dirs` of create; default `<root>/brokers/<id>`), refused when another broker's
+        location is the same, holds it or lies in it, or it holds a log already."""
         self._broker_rows()
         broker = max(self.brokers) + 1
+        taken = {b: self.storage.broker_root(b) for b in self.brokers}
+        given = check_locations(self.storage, {broker: dir if dir is not None else self.storage.default_broker_root(broker)},
+                                taken)
         now = self._admin_now_ms()
+        self.storage.broker_dirs.update(given)
         self.storage.create_log(broker)  # the log first: a registered broker always has one
         self.storage.append_table(self.spark.createDataFrame(
-            [(broker, self.storage.broker_root(broker), False, None, now, controller.RUNNING, now, False, False)],
-            BROKERS_SCHEMA), "brokers")
+            [(broker, self.storage.stored_location(broker), False, None, now, controller.RUNNING, now, False, False,
+              None)], BROKERS_SCHEMA), "brokers")
         self._broker_rows()
         return broker
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ReplogError", "ErrorCode"]
+__all__ = ["ReplogError", "ErrorCode", "LogDirFailure"]
 
 
 class ErrorCode:
@@ -43,6 +43,8 @@ class ErrorCode:
     OFFSET_METADATA_TOO_LARGE = "OFFSET_METADATA_TOO_LARGE"
     # a log directory that cannot be read or repaired (Kafka: a failed log dir)
     KAFKA_STORAGE_ERROR = "KAFKA_STORAGE_ERROR"
+    # a log directory that holds another cluster's data (Kafka's InconsistentClusterIdException)
+    INCONSISTENT_CLUSTER_ID = "INCONSISTENT_CLUSTER_ID"
     # the consumer's NoOffsetForPartitionException (a client error, not a protocol code)
     NO_OFFSET_FOR_PARTITION = "NO_OFFSET_FOR_PARTITION"
 
@@ -58,3 +60,13 @@ class ReplogError(Exception):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.detail = message
+
+
+class LogDirFailure(ReplogError):
+    """KAFKA_STORAGE_ERROR for a log directory the file system refuses (Kafka's
+    KafkaStorageException from a failed log dir); `broker`: whose log it is (None: a cluster table)."""
+
+    def __init__(self, problem: str, remedy: str, broker: int | None = None):
+        super().__init__(ErrorCode.KAFKA_STORAGE_ERROR, f"{problem}. {remedy}.")
+        self.problem = problem  # what the file system refused, without the remedy
+        self.broker = broker

@@ -101,7 +101,7 @@ def maintain(storage: Storage, brokers: list[int], config: Mapping) -> Maintenan
         report.tables += 1
         snap = storage.snapshot(path)
         table = DeltaTable.forPath(spark, path)
-        with unwritable_error(path):
+        with unwritable_error(path, storage.broker_of_log(path)):
             if _set_properties(storage, path, snap, wanted_properties(name if name in CLUSTER_TABLES else "log",
                                                                           config)):
                 report.properties_set.append(name)

@@ -33,7 +33,7 @@ from pipeline.errors import ErrorCode, ReplogError
 from pipeline.schemas import PARTITION_KEY, REPLICA_KEY
 from pipeline.storage import RECOVERY_APP_ID, TXN_APP_ID, WRITTEN_WITH, Storage, parse_tag
 
-__all__ = ["Replay", "Landed", "landed_commits", "last_complete_round", "recover"]
+__all__ = ["Replay", "Landed", "landed_commits", "last_complete_round", "recover", "stale_logs"]
 
 # the cluster tables a round writes: key (None: append-only, by round id)
 ROUND_TABLES: dict[str, list[str] | None] = {
@@ -124,6 +124,24 @@ def last_complete_round(storage: Storage, last_round: int) -> tuple[int, int]:
             break
         version -= 1
     return last_round, since_ms
+
+
+def stale_logs(storage: Storage, brokers: list[int], last_round: int) -> list[int]:
+    """Of `brokers` (halted for a failed log directory: recovery leaves their logs alone), those whose
+    log holds a commit of a round after the last complete one, which nothing can undo there: they
+    restart empty. `last_round`: the newest round with a row."""
+    if not brokers:
+        return []
+    last_complete, since_ms = last_complete_round(storage, last_round)
+    stale = []
+    for broker in brokers:
+        try:
+            landed = landed_commits(storage, storage.log_path(broker), last_complete, since_ms)
+        except Exception:  # noqa: BLE001 - a log that cannot be read restarts empty anyway
+            continue
+        if landed is not None:
+            stale.append(broker)
+    return stale
 
 
 def recover(storage: Storage, brokers: list[int], last_round: int) -> Replay | None:

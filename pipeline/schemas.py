@@ -209,6 +209,7 @@ ADMIN_SCHEMA = _s(
 
 BROKERS_SCHEMA = _s(
     ("broker", IntegerType(), False),
+    # its storage location (Kafka's log.dirs): a path or URI, or "brokers/<id>" under the root (the default)
     ("path", StringType(), False),
     ("fetcher_paused", BooleanType(), False),
     ("fetch_max_bytes_per_round", LongType(), True),
@@ -223,6 +224,9 @@ BROKERS_SCHEMA = _s(
     ("log_lost", BooleanType(), True),
     # decommission_broker: no new replica is placed on it, and its replicas are moving off it
     ("decommissioned", BooleanType(), True),
+    # what a round found wrong with its storage location when it halted the broker (a failed log
+    # directory: gone, unwritable, unreadable or another cluster's); null once it starts again
+    ("log_dir_failure", StringType(), True),
 )
 
 # The replication lease (one row): the process that runs rounds on this root, and its job epoch.

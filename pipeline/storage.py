@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from pipeline import schemas
-from pipeline.errors import ErrorCode, ReplogError
+from pipeline.errors import ErrorCode, LogDirFailure, ReplogError
 from pipeline.spark import settings_restored
 
 __all__ = ["Storage", "TXN_APP_ID", "is_concurrent_conflict", "RECOVERY_APP_ID", "is_uri", "parse_tag", "current_rows", "current_rows_sql",
@@ -97,12 +97,17 @@ _INBOX_PROPS = {**_PROPS, "delta.enableChangeDataFeed": "true", "delta.appendOnl
 _KEYED = {"delta.dataSkippingNumIndexedCols": "3"}
 _STATE_PROPS = {**_PROPS, "delta.enableDeletionVectors": "true"}
 _LOG_PROPS = {**_PROPS, "delta.dataSkippingStatsColumns": "topic,partition,offset,timestamp"}
+# a log's stamp: the cluster and the broker it belongs to (Kafka's meta.properties in a log dir)
+LOG_CLUSTER_PROPERTY = "replog.cluster.id"
+LOG_BROKER_PROPERTY = "replog.broker.id"
 
 # The cluster table's property naming the layout of the root's tables. Raise LAYOUT whenever a
 # release adds a cluster table or a column: a root whose cluster table says less (a root made
 # before the property existed says nothing: 0) is brought up to date once, by Storage.upgrade.
 LAYOUT_PROPERTY = "replog.layout"
-LAYOUT = 2  # 2: statistics on the columns reads skip by, of the logs, replica_state and results
+# 2: statistics on the columns reads skip by, of the logs, replica_state and results; 3: each log
+# stamped with its cluster and broker, and the brokers table's default locations relative to the root
+LAYOUT = 3
 # the tables later releases added: a root made before one lacks it, and every open creates it then
 LATER_TABLES = ("group_offsets", "elections", "lease", "cleaner", "cleaner_runs", "client_quotas")
 
@@ -126,15 +131,15 @@ _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
 # what a local or Hadoop file system says when it refuses a write (read-only, full, permissions)
 _IO_FAILURE = re.compile(r"(java\.io\.\w*(?:IOException|FileNotFoundException)|java\.nio\.file\.\w+Exception"
                          r"|org\.apache\.hadoop\.security\.AccessControlException): ([^\n]*)")
-_LOG_PATH = re.compile(r"/brokers/(\d+)/log/?$")
 
 
 @contextmanager
-def unwritable_error(path: str) -> Iterator[None]:
+def unwritable_error(path: str, broker: int | None = None) -> Iterator[None]:
     """A write to `path` that the file system refuses (a read-only directory, a full disk, missing
-    permissions) raises KAFKA_STORAGE_ERROR, Kafka's error for a log directory that failed, naming
-    the broker's log (or the table) and what the file system said. A round's commits that landed
-    before it are undone by the next round (recovery.py) once the directory can be written."""
+    permissions) raises KAFKA_STORAGE_ERROR (LogDirFailure), Kafka's error for a log directory that
+    failed, naming `broker`'s log (or the table) and what the file system said. A round that meets
+    it on a broker's log halts that broker (Cluster.run_round); its commits that landed before are
+    undone by the next round (recovery.py)."""
     from py4j.protocol import Py4JJavaError
     try:
         yield
@@ -142,12 +147,13 @@ def unwritable_error(path: str) -> Iterator[None]:
         found = _IO_FAILURE.search(str(err))
         if found is None:
             raise
-        log = _LOG_PATH.search(path.rstrip("/"))
-        what = f"the log of broker {log.group(1)}" if log else "the table"
-        raise ReplogError(ErrorCode.KAFKA_STORAGE_ERROR,
-                          f"{what} at {path} cannot be written: {found.group(2).strip()} ({found.group(1)}). "
-                          "Make the directory writable (or free space); the next round then completes this "
-                          "one, losing nothing.") from None
+        what = f"the log of broker {broker}" if broker is not None else "the table"
+        remedy = (f"A round halts broker {broker} for it (a failed log directory); start_broker({broker}) "
+                  "restarts it once its location can be written again, or is replaced by an empty one"
+                  if broker is not None else "Make the directory writable (or free space); the next round "
+                  "then completes this one, losing nothing")
+        raise LogDirFailure(f"{what} at {path} cannot be written: {found.group(2).strip()} ({found.group(1)})",
+                            remedy, broker) from None
 
 
 # Delta's commit-conflict exceptions (io.delta.exceptions): another writer committed first
@@ -211,6 +217,10 @@ class Storage:
         self.round_inputs = ""
         self.before_commit: Callable[[], None] | None = None
         self.after_commit: Callable[[str, str], None] | None = None
+        # the brokers whose storage location is not the default <root>/brokers/<id> (Kafka's
+        # log.dirs, one location per broker), from the brokers table (set_broker_dirs)
+        self.broker_dirs: dict[int, str] = {}
+        self.cluster_id: str | None = None  # the cluster table's id, stamped on the logs made
 
     def _qualified(self, uri: str) -> str:
         """The URI as Hadoop and Delta spell it (file:///x is file:/x), so table locations match."""
@@ -225,11 +235,43 @@ class Storage:
     def path(self, table: str) -> str:
         return self.join("cluster", table)
 
-    def broker_root(self, broker: int) -> str:
+    def location(self, given: str) -> str:
+        """A broker location as given by a user (a path, or a URI Spark can write), spelled as
+        this class spells paths: absolute, or qualified as Hadoop qualifies it."""
+        given = str(given).rstrip("/") or "/"
+        return self._qualified(given) if is_uri(given) else os.path.abspath(os.path.expanduser(given))
+
+    def default_broker_root(self, broker: int) -> str:
         return self.join("brokers", str(broker))
 
+    def broker_root(self, broker: int) -> str:
+        """The broker's storage location (Kafka's log.dirs): the one it was given, or
+        <root>/brokers/<id>."""
+        return self.broker_dirs.get(broker) or self.default_broker_root(broker)
+
     def log_path(self, broker: int) -> str:
-        return self.join("brokers", str(broker), "log")
+        where = self.broker_root(broker)
+        return f"{where}/log" if is_uri(where) else os.path.join(where, "log")
+
+    def broker_of_log(self, path: str) -> int | None:
+        """The broker whose log is at `path` (None: no broker's)."""
+        path = path.rstrip("/")
+        given = [b for b in self.broker_dirs if self.log_path(b) == path]
+        if given:
+            return given[0]
+        default = re.fullmatch(re.escape(self.join("brokers", "")) + r"(\d+)" + re.escape(os.sep if not self.uri else "/")
+                               + "log", path)
+        return int(default.group(1)) if default and int(default.group(1)) not in self.broker_dirs else None
+
+    def stored_location(self, broker: int) -> str:
+        """The brokers table's `path` of a broker: its location, or, for the default one, the path
+        relative to the root ("brokers/<id>"), so a root copied or moved keeps its brokers."""
+        return self.broker_dirs.get(broker) or f"brokers/{broker}"
+
+    def set_broker_dirs(self, stored: Iterable[tuple[int, str]]) -> None:
+        """The brokers' locations from the brokers table's (broker, path) rows: a relative path is
+        the default under the root."""
+        self.broker_dirs = {b: path for b, path in stored if path and (is_uri(path) or os.path.isabs(path))}
 
     def path_exists(self, path: str) -> bool:
         """Whether `path` exists, by Hadoop's FileSystem for a URI (any store Spark can reach)."""
@@ -309,7 +351,8 @@ class Storage:
         (["<table>"] for a created table, else column names and property keys; a log is
         "log <broker>")."""
         added = {name: ["<table>"] for name in LATER_TABLES if self.ensure(name)}
-        if self.layout() >= LAYOUT:
+        layout = self.layout()
+        if layout >= LAYOUT:
             return added
         for name in CLUSTER_TABLES:
             if name in added or not self._is_table(self.path(name)):
@@ -319,9 +362,12 @@ class Storage:
                 changes += self.ensure_properties(self.path(name), _table_props(name))
             if changes:
                 added[name] = changes
+        if layout < 3:  # every broker had the default location: the path relative to the root
+            self.spark.sql(f"UPDATE delta.`{self.path('brokers')}` SET path = concat('brokers/', CAST(broker AS STRING))")
         for broker in brokers:
             if self._is_table(self.log_path(broker)):
-                keys = self.ensure_properties(self.log_path(broker), _LOG_PROPS)
+                stamp = {LOG_CLUSTER_PROPERTY: self.cluster_id, LOG_BROKER_PROPERTY: str(broker)} if self.cluster_id else {}
+                keys = self.ensure_properties(self.log_path(broker), {**_LOG_PROPS, **stamp})
                 if keys:
                     added[f"log {broker}"] = keys
         self.set_cluster_property(LAYOUT_PROPERTY, str(LAYOUT))  # (a conflict: the next open checks again)
@@ -358,7 +404,17 @@ class Storage:
         hadoop_path.getFileSystem(self.spark._jsc.hadoopConfiguration()).delete(hadoop_path, True)
 
     def create_log(self, broker: int) -> None:
-        self._create(self.log_path(broker), schemas.LOG_SCHEMA, _LOG_PROPS)
+        """An empty log for `broker` at its location, stamped with the cluster's id and the
+        broker's (Kafka's meta.properties), so a location another cluster's broker uses is told."""
+        stamp = {LOG_CLUSTER_PROPERTY: self.cluster_id, LOG_BROKER_PROPERTY: str(broker)} if self.cluster_id else {}
+        self._create(self.log_path(broker), schemas.LOG_SCHEMA, {**_LOG_PROPS, **stamp})
+
+    def log_stamp(self, path: str) -> tuple[str | None, str | None]:
+        """(cluster id, broker id) a log at `path` was stamped with (None: a log made before the stamp,
+        or a table of no cluster), from its snapshot (no Spark job)."""
+        conf = self.snapshot(path).metadata().configuration()
+        return tuple(str(conf.apply(k)) if conf.contains(k) else None  # type: ignore[return-value]
+                     for k in (LOG_CLUSTER_PROPERTY, LOG_BROKER_PROPERTY))
 
     # -- reads -------------------------------------------------------------------------------
     def read(self, table: str) -> DataFrame:
@@ -495,11 +551,11 @@ class Storage:
         file system refuses raises KAFKA_STORAGE_ERROR (unwritable_error)."""
         writer = df.write.format("delta").mode("append")
         if round_id is None:
-            with unwritable_error(path):
+            with unwritable_error(path, self.broker_of_log(path)):
                 writer.save(path)
             return
         with self._round_commit(path, step):
-            with unwritable_error(path):
+            with unwritable_error(path, self.broker_of_log(path)):
                 writer.option("userMetadata", commit_tag(round_id, step, self.round_inputs, written_with)).save(path)
 
     def append_table(self, df: DataFrame, table: str, round_id: int | None = None) -> None:
@@ -564,11 +620,11 @@ class Storage:
     @contextmanager
     def _tagged(self, round_id: int | None, path: str, step: str = "") -> Iterator[None]:
         if round_id is None:
-            with unwritable_error(path):
+            with unwritable_error(path, self.broker_of_log(path)):
                 yield
             return
         with self._round_commit(path, step), self._metadata(commit_tag(round_id, step, self.round_inputs)), \
-                unwritable_error(path):
+                unwritable_error(path, self.broker_of_log(path)):
             yield
 
     def upsert(self, df: DataFrame, table: str, keys: list[str], round_id: int | None = None,

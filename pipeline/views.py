@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from pipeline.broker_dirs import log_problem
 from pipeline.replication import RECORD_OVERHEAD_BYTES
 from pipeline.schemas import REPLICA_KEY
 from pipeline.storage import Storage, current_rows_sql
@@ -148,13 +149,16 @@ ORDER BY lag_records DESC, lag_ms DESC, r.topic, r.partition, r.broker"""
 
 
 def brokers_sql(storage: Storage) -> str:
-    """Each broker's process state; a running broker heartbeats at every round."""
+    """Each broker's process state and storage location; a running broker heartbeats at every round."""
     return f"""
 SELECT b.broker, coalesce(b.state, 'running') AS state,
        CASE WHEN coalesce(b.state, 'running') = 'running' THEN greatest(b.last_heartbeat_ms, r.now_ms)
             ELSE b.last_heartbeat_ms END AS last_heartbeat_ms,
        b.fetcher_paused, coalesce(b.log_lost, false) AS log_lost,
-       coalesce(b.decommissioned, false) AS decommissioned
+       coalesce(b.decommissioned, false) AS decommissioned,
+       CASE WHEN b.path RLIKE '^(/|[A-Za-z][A-Za-z0-9+.-]+:/)' THEN b.path
+            ELSE concat('{storage.join("")}', b.path) END AS location,
+       b.log_dir_failure
 FROM {_t(storage, 'brokers')} b
 CROSS JOIN (SELECT max(now_ms) AS now_ms FROM {_t(storage, 'rounds')}) r"""
 
@@ -195,6 +199,8 @@ def register_views(spark: SparkSession, storage: Storage, brokers: list[int], mi
     `replog.client_quotas` in the session catalog,
     pointing at this cluster's tables."""
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+    # the logs that are sound: a view over a broker's failed location could not be read
+    brokers = [b for b in brokers if log_problem(storage, b) is None]
     views = {
         "partitions": partitions_sql(storage, min_isr_default),
         "replicas": replicas_sql(storage),
