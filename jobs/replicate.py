@@ -38,22 +38,10 @@ import threading
 import time
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pipeline.config import read_properties  # noqa: E402 - (under spark-submit the repository is not on the path)
+
 LOG = logging.getLogger("replog.replicate")
-
-
-def read_properties(path: str) -> dict[str, str]:
-    """`key=value` lines; `#` and `!` start comments (Java properties, as Kafka's files are)."""
-    values: dict[str, str] = {}
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line[0] in "#!":
-                continue
-            sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-            if sep <= 0:
-                raise ValueError(f"{path}:{number}: expected key=value, got {line!r}")
-            values[line[:sep].strip()] = line[sep + 1:].strip()
-    return values
 
 
 def parse_interval_ms(text: str) -> int:
@@ -209,12 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr, force=True)
     args = _args(argv)
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from pipeline.broker_dirs import split_dirs_config
     from pipeline.config import validate_cluster_config
     from pipeline.errors import ReplogError
 
     try:
-        overrides = read_properties(args.conf_file) if args.conf_file else {}
+        dirs, overrides = split_dirs_config(read_properties(args.conf_file) if args.conf_file else {})
         file_config = validate_cluster_config(overrides)
         interval_ms = parse_interval_ms(args.trigger_interval) if args.trigger_interval else None
     except (ReplogError, ValueError, OSError) as err:
@@ -233,6 +221,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"replicate: {err}", file=sys.stderr)
         return 1
     try:
+        elsewhere = {b: cluster.storage.broker_root(b) for b, where in dirs.items()
+                     if b not in cluster.brokers or cluster.storage.broker_root(b) != cluster.storage.location(where)}
+        if elsewhere:  # a broker's location is the cluster's, set when it was made: the file must agree
+            print(f"replicate: INVALID_CONFIG: {args.conf_file} gives brokers {sorted(elsewhere)} locations other "
+                  f"than the cluster's ({elsewhere})", file=sys.stderr)
+            return 2
         if args.available_now:
             rounds = run_available_now(cluster, args.max_stalled_rounds)
             LOG.info("available-now: %d round%s", rounds, "" if rounds == 1 else "s")

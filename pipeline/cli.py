@@ -1,6 +1,7 @@
 """`replog`: a Kafka-style command line for a cluster root.
 
-    replog cluster  --create --brokers 3 [--config key=value ...]
+    replog cluster  --create --brokers 3 [--conf-file F] [--config key=value ...]
+                    (broker.<id>.log.dirs=LOCATION: a broker's storage location)
     replog topics   --create --topic T --partitions N --replication-factor RF [--config key=value ...]
     replog topics   --list | --describe [--topic T] [--under-replicated-partitions |
                     --under-min-isr-partitions | --unavailable-partitions]
@@ -9,7 +10,7 @@
     replog consume  --topic T (--from-beginning | --offset N) [--partition P] [--replica B]
                     [--isolation read_committed|read_uncommitted] [--print-key]
     replog run      --rounds N | --until-committed [--max-rounds 50]
-    replog brokers  [--add | --decommission B]
+    replog brokers  [--add [--dir LOCATION] | --start B | --decommission B]
     replog reassign --json FILE (--execute | --verify)     (kafka-reassign-partitions' JSON)
     replog configs  --describe | --alter --entity-type topics --entity-name T | --entity-type brokers
                     --entity-default [--add-config k=v,k2=v2] [--delete-config k,k2]
@@ -71,8 +72,15 @@ def cmd_cluster(args: argparse.Namespace) -> None:
     from pipeline.cluster import Cluster
     if not args.create:
         raise SystemExit("replog cluster: say --create")
-    Cluster.create(_spark(args), args.root, brokers=args.brokers, config=_config(args.config))
-    print(f"Created a cluster of {args.brokers} brokers at {os.path.abspath(args.root)}.")
+    from pipeline.config import read_properties
+    try:
+        config = {**(read_properties(args.conf_file) if args.conf_file else {}), **_config(args.config)}
+    except (OSError, ValueError) as err:
+        raise ReplogError(ErrorCode.INVALID_CONFIG, str(err)) from None
+    cluster = Cluster.create(_spark(args), args.root, brokers=args.brokers, config=config)
+    print(f"Created a cluster of {args.brokers} brokers at {cluster.storage.root}.")
+    for broker, where in sorted(cluster.storage.broker_dirs.items()):
+        print(f"\tbroker {broker} at {where}")
 
 
 def _describe_lines(cluster: Any, args: argparse.Namespace) -> Iterator[str]:
@@ -216,8 +224,16 @@ def _run_rounds(args: argparse.Namespace, cluster: Any) -> None:
 
 def cmd_brokers(args: argparse.Namespace) -> None:
     cluster = _open(args)
+    if args.dir is not None and not args.add:
+        raise SystemExit("replog brokers: --dir goes with --add")
     if args.add:
-        print(f"Added broker {cluster.add_broker()}.")
+        broker = cluster.add_broker(dir=args.dir)
+        print(f"Added broker {broker}" + (f" at {cluster.storage.broker_root(broker)}." if args.dir else "."))
+        return
+    if args.start is not None:
+        cluster.start_broker(args.start)
+        empty = {r["broker"]: r["log_lost"] for r in cluster.broker_states().collect()}.get(args.start)
+        print(f"Started broker {args.start}" + (" with an empty log: it refetches from the leaders." if empty else "."))
         return
     if args.decommission is not None:
         plan = cluster.decommission_broker(args.decommission)
@@ -227,11 +243,13 @@ def cmd_brokers(args: argparse.Namespace) -> None:
         return
     leaders = {r["leader"]: r["n"] for r in cluster.describe().groupBy("leader").count()
                .withColumnRenamed("count", "n").collect()}
-    print("Broker\tState\tFetcher\tLeaders")
+    print("Broker\tState\tFetcher\tLeaders\tLocation")
     for r in cluster.broker_states().orderBy("broker").collect():  # O(brokers)
         fetcher = "paused" if r["fetcher_paused"] else "running"
         state = "decommissioned" if r["decommissioned"] else r["state"]
-        print(f"{r['broker']}\t{state}\t{fetcher}\t{leaders.get(r['broker'], 0)}")
+        print(f"{r['broker']}\t{state}\t{fetcher}\t{leaders.get(r['broker'], 0)}\t{r['location']}")
+        if r["log_dir_failure"]:
+            print(f"\tlog directory failed: {r['log_dir_failure']}")
 
 
 def config_list(text: str | None) -> dict[str, str]:
@@ -416,7 +434,9 @@ def _parser() -> argparse.ArgumentParser:
     p = command("cluster", cmd_cluster, "create a cluster")
     p.add_argument("--create", action="store_true")
     p.add_argument("--brokers", type=int, default=3)
-    p.add_argument("--config", action="append", metavar="KEY=VALUE")
+    p.add_argument("--config", action="append", metavar="KEY=VALUE",
+                   help="a cluster config (Kafka's key names); broker.<id>.log.dirs=LOCATION places a broker")
+    p.add_argument("--conf-file", metavar="FILE", help="a replog.properties file (--config overrides it)")
 
     p = command("topics", cmd_topics, "create, list, describe topics")
     mode = p.add_mutually_exclusive_group(required=True)
@@ -457,10 +477,14 @@ def _parser() -> argparse.ArgumentParser:
 
     command("maintain", cmd_maintain, "compact small files, VACUUM and set log retention on every table and log")
 
-    p = command("brokers", cmd_brokers, "brokers with their state and leader counts; add or decommission one")
+    p = command("brokers", cmd_brokers, "brokers with their state, leader counts and locations; add, start or "
+                "decommission one")
     change = p.add_mutually_exclusive_group()
     change.add_argument("--add", action="store_true", help="register a new empty broker")
     change.add_argument("--decommission", type=int, metavar="B", help="move every replica off broker B")
+    change.add_argument("--start", type=int, metavar="B",
+                        help="restart stopped broker B (one a failed log directory halted: once its location is back)")
+    p.add_argument("--dir", metavar="LOCATION", help="with --add: the new broker's storage location (path or URI)")
 
     p = command("configs", cmd_configs, "describe or alter topic, broker-default and client quota configs "
                 "(kafka-configs)")

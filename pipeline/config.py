@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping
 from pipeline.errors import ErrorCode, ReplogError
 
 __all__ = ["ConfigKey", "CLUSTER_KEYS", "TOPIC_KEYS", "validate_cluster_config", "validate_topic_config",
-           "effective_topic_config", "to_json", "with_defaults", "compacted", "deletes"]
+           "effective_topic_config", "to_json", "with_defaults", "compacted", "deletes", "read_properties"]
 
 
 @dataclass(frozen=True)
@@ -245,3 +245,18 @@ def effective_topic_config(cluster_config: Mapping[str, Any], topic_overrides: M
 
 def to_json(config: Mapping[str, Any]) -> str:
     return json.dumps(dict(sorted(config.items())))
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """`key=value` lines; `#` and `!` start comments (Java properties, as Kafka's files are)."""
+    values: dict[str, str] = {}
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line[0] in "#!":
+                continue
+            sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+            if sep <= 0:
+                raise ValueError(f"{path}:{number}: expected key=value, got {line!r}")
+            values[line[:sep].strip()] = line[sep + 1:].strip()
+    return values

@@ -8,7 +8,6 @@ are refused before anything is written."""
 
 import os
 import shutil
-import subprocess
 
 import pytest
 from pyspark.sql import functions as F
@@ -16,6 +15,7 @@ from pyspark.sql import functions as F
 from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
 from pipeline.storage import Storage
+from tests.fs_faults import read_only
 
 START = 1_700_000_000_000
 SESSION_TIMEOUT_MS = 9000  # broker.session.timeout.ms, Kafka's default
@@ -61,17 +61,6 @@ def _below_hw(cluster, broker):
                   if r["offset"] < hw[r["partition"]])
 
 
-def _read_only(directory, on: bool) -> None:
-    """Makes a directory tree read-only (or writable again): chmod for a user, and for root (whom
-    permissions do not stop) the immutable attribute."""
-    dirs = [directory] + [p for p in directory.rglob("*") if p.is_dir()]
-    if os.geteuid() != 0:
-        for d in dirs:
-            d.chmod(0o555 if on else 0o755)
-        return
-    subprocess.run(["chattr", "+i" if on else "-i", *map(str, dirs)], check=True, capture_output=True)
-
-
 def _fail_over(cluster, victim):
     """Rounds until the controller has fenced the halted `victim` and moved its leaderships."""
     _rounds(cluster, n=SESSION_TIMEOUT_MS // 1000 + 2, step=1000)
@@ -96,7 +85,7 @@ def test_a_broker_whose_whole_location_fails_loses_no_acknowledged_record(spark,
     if failure == "deleted":
         shutil.rmtree(location)
     else:
-        _read_only(location, True)
+        read_only(location, True)
     try:
         second = _produce(cluster, "b")
         _rounds(cluster, 1)  # the round halts the broker (and runs without it)
@@ -122,7 +111,7 @@ def test_a_broker_whose_whole_location_fails_loses_no_acknowledged_record(spark,
         assert spark.sql("SELECT count(*) FROM replog.committed").first()[0] == len(committed)
     finally:
         if failure == "unwritable":
-            _read_only(location, False)  # the location is back, with its log
+            read_only(location, False)  # the location is back, with its log
 
     cluster.start_broker(victim)
     row = {r["broker"]: r for r in cluster.broker_states().collect()}[victim]
@@ -222,7 +211,7 @@ def test_a_broker_whose_location_cannot_be_written_does_not_start(spark, tmp_pat
     cluster, disks = _three_disks(spark, tmp_path)
     _rounds(cluster, 1)
     location = tmp_path / "disk0"
-    _read_only(location, True)
+    read_only(location, True)
     try:
         _rounds(cluster, 1)  # (an idle round writes no log: the broker is halted by the check of the next write)
         cluster.stop_broker(0)
@@ -231,6 +220,6 @@ def test_a_broker_whose_location_cannot_be_written_does_not_start(spark, tmp_pat
         assert err.value.code == "KAFKA_STORAGE_ERROR" and "broker 0 cannot start" in str(err.value)
         assert {r["broker"]: r["state"] for r in cluster.broker_states().collect()}[0] == "stopped"
     finally:
-        _read_only(location, False)
+        read_only(location, False)
     cluster.start_broker(0)
     assert {r["broker"]: r["state"] for r in cluster.broker_states().collect()}[0] == "starting"

@@ -68,8 +68,8 @@ def test_an_operator_session(tmp_path):
                     for log in tmp_path.glob("classes-*.log")]
     assert max(from_archive) > 5000, from_archive
     brokers = replog("brokers", root=root).stdout.splitlines()
-    assert brokers == ["Broker\tState\tFetcher\tLeaders", "0\trunning\trunning\t1", "1\trunning\trunning\t1",
-                       "2\trunning\trunning\t0"]
+    assert brokers == ["Broker\tState\tFetcher\tLeaders\tLocation"] + [
+        f"{b}\trunning\trunning\t{n}\t{root}/brokers/{b}" for b, n in ((0, 1), (1, 1), (2, 0))]
 
     # each leader caches one privileged session per follower, opened by the round's full requests
     # (the epoch expected next: 1) and used once more by the follow-up fetches of the followers of a
@@ -192,3 +192,38 @@ def test_reassigning_with_kafkas_json_file_and_adding_a_broker(tmp_path):
     assert wrong.returncode == 1 and last_line(wrong).startswith("replog: INVALID_REQUEST: producer_byte_rate")
     sent = replog("produce", "--topic", "t", "--client-id", "app", "--user", "alice", stdin="c\n", root=root)
     assert sent.returncode == 0, sent.stderr
+
+
+def test_brokers_on_locations_of_their_own_and_one_that_fails(tmp_path):
+    """Kafka's log.dirs, one per broker, from a properties file; a broker whose location is deleted
+    halts (the listing says why), its partition fails over, and `brokers --start` restarts it empty."""
+    root, disks = str(tmp_path / "meta"), {b: str(tmp_path / f"disk{b}") for b in range(3)}
+    conf = tmp_path / "replog.properties"
+    conf.write_text("min.insync.replicas=2\nbroker.session.timeout.ms=1\n"
+                    + "".join(f"broker.{b}.log.dirs={d}\n" for b, d in disks.items()))
+    created = replog("cluster", "--create", "--brokers", "3", "--conf-file", str(conf), "--root", root)
+    assert created.returncode == 0, created.stderr[-2000:]
+    assert created.stdout.splitlines()[1:] == [f"\tbroker {b} at {d}" for b, d in disks.items()]
+    assert replog("topics", "--create", "--topic", "t", "--replication-factor", "3", root=root).returncode == 0
+    assert replog("produce", "--topic", "t", "--acks", "all", stdin="a\nb\n", root=root).returncode == 0
+    assert replog("run", "--until-committed", root=root).returncode == 0
+
+    import shutil
+    shutil.rmtree(disks[0])  # broker 0 leads t-0
+    assert replog("run", "--rounds", "3", root=root).returncode == 0
+    listed = replog("brokers", root=root).stdout.splitlines()
+    assert listed[1] == f"0\tfenced\trunning\t0\t{disks[0]}"
+    assert listed[2] == f"\tlog directory failed: the log of broker 0 at {disks[0]}/log is gone (not a Delta table)"
+    assert [line.split("\t")[3] for line in listed[3:]] == ["1", "0"]  # broker 1 leads t-0 now
+    consumed = replog("consume", "--topic", "t", "--from-beginning", root=root)
+    assert consumed.stdout.splitlines() == ["a", "b"]
+
+    started = replog("brokers", "--start", "0", root=root)
+    assert started.stdout == "Started broker 0 with an empty log: it refetches from the leaders.\n"
+    assert replog("run", "--rounds", "3", root=root).returncode == 0
+    again = replog("consume", "--topic", "t", "--from-beginning", "--replica", "0", "--isolation",
+                   "read_uncommitted", root=root)
+    assert again.stdout.splitlines() == ["a", "b"]
+
+    added = replog("brokers", "--add", "--dir", disks[1], root=root)  # broker 1's location
+    assert added.returncode == 1 and last_line(added).startswith("replog: INVALID_CONFIG: brokers 3 and 1 would share")

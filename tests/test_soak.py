@@ -89,6 +89,29 @@ def test_the_checker_reads_the_isr_before_a_round_it_did_not_see(spark, tmp_path
     assert sorted(after[("clean", 0)]) == [0, 1] and sorted(after[("clean", 1)]) == [0, 1, 2]
 
 
+@pytest.mark.parametrize("how", ["delete", "unwritable"])
+def test_a_running_brokers_location_fails_mid_soak(spark, tmp_path, how):
+    """The soak's fail_location event: a running broker's whole location (outside the root) is
+    deleted or made read-only under traffic; a round halts the broker, the controller moves its
+    leaderships after the session timeout, the checker holds every guarantee throughout, and after
+    start (the location back; a deleted one empty) every request settles."""
+    soak = Soak(spark, str(tmp_path / "c"), seed=5)
+    assert soak.cluster.storage.broker_root(1) == f"{tmp_path}/c-disks/1"
+    produce = ["produce", {"topic": "clean", "acks": "all", "records": [[0, "a"], [1, "b"], [2, "c"]]}]
+    soak.replay([produce, "round", ["fail_location", {"broker": 1, "how": how}],
+                 ["produce", {"topic": "clean", "acks": "all", "records": [[0, "d"], [1, "e"], [2, "f"]]}],
+                 "round", "round"], heal=False)
+    assert soak.stopped == {1} and soak.failing == {} and soak.lost == ({1} if how == "delete" else set())
+    halted = {r["broker"]: r for r in soak.cluster._broker_rows()}[1]
+    assert halted["state"] == "stopped" and halted["log_dir_failure"]
+    soak.replay([["wait", {"ms": 10_000}],
+                 ["produce", {"topic": "clean", "acks": "all", "records": [[0, "g"], [1, "h"], [2, "i"]]}],
+                 "round", "round", ["start", {"broker": 1}], "round", "round"])
+    assert soak.stopped == set() and soak.unwritable == set()
+    statuses = {r["status"] for r in soak.cluster.produce_results().collect()}
+    assert statuses <= {"acked", "error"} and "acked" in statuses
+
+
 @pytest.mark.integration
 def test_the_job_killed_by_sigkill_while_two_processes_produce(spark, tmp_path):
     """The soak's kill_job event: jobs/replicate.py under spark-submit runs rounds while two

@@ -8,7 +8,6 @@ fault heals the cluster goes on with nothing lost or doubled."""
 
 import os
 import shutil
-import subprocess
 import threading
 
 import pytest
@@ -18,6 +17,7 @@ from pyspark.sql import functions as F
 from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
 from pipeline.storage import is_concurrent_conflict
+from tests.fs_faults import read_only
 
 START = 1_700_000_000_000
 
@@ -148,17 +148,6 @@ def test_two_producers_writing_the_inbox_at_once_lose_nothing(spark, setup, tmp_
     assert replicator.storage.read("inbox").filter(F.col("value").cast("string").startswith("p")).count() == 12
 
 
-def _read_only(directory, on: bool) -> None:
-    """Makes a directory tree read-only (or writable again): chmod for a user, and for root (whom
-    permissions do not stop) the immutable attribute."""
-    dirs = [directory] + [p for p in directory.rglob("*") if p.is_dir()]
-    if os.geteuid() != 0:
-        for d in dirs:
-            d.chmod(0o555 if on else 0o755)
-        return
-    subprocess.run(["chattr", "+i" if on else "-i", *map(str, dirs)], check=True, capture_output=True)
-
-
 def test_a_read_only_log_directory_halts_its_broker_losing_and_doubling_nothing(spark, setup, tmp_path):
     """A write the file system refuses mid-round (KAFKA_STORAGE_ERROR naming the broker's log)
     halts that broker; the round's commits so far are undone and it runs again without it. Once the
@@ -169,7 +158,7 @@ def test_a_read_only_log_directory_halts_its_broker_losing_and_doubling_nothing(
     other = Cluster.open(spark, str(copy), clock=ManualClock(start_ms=clock.now_ms()))
     requests = [other.produce("t", [{"value": f"r{p}", "partition": p}], acks="all") for p in range(2)]
     log_dir = copy / "brokers" / "2" / "log"
-    _read_only(log_dir, True)
+    read_only(log_dir, True)
     try:
         probe = log_dir / "_delta_log" / "probe"
         with pytest.raises(OSError):
@@ -184,7 +173,7 @@ def test_a_read_only_log_directory_halts_its_broker_losing_and_doubling_nothing(
         statuses = _statuses(other)
         assert [statuses[r] for r in requests] == ["acked", "acked"]
     finally:
-        _read_only(log_dir, False)  # the fault heals
+        read_only(log_dir, False)  # the fault heals
     other.start_broker(2)
     _rounds(other, other.clock, 3)
     expected = sorted(_values(cluster, 0) + [(0, 2, "r0"), (1, 2, "r1")])

@@ -1,6 +1,7 @@
 """The soak's checker: reads a cluster's Delta tables straight from their paths and checks the
 guarantees of a replicated log. It shares no code with `pipeline/` on purpose: what it knows is the
-table layout (<root>/cluster/<table>, <root>/brokers/<id>/log) and the column names, so a bug in
+table layout (<root>/cluster/<table>, each broker's log under the location the brokers table names)
+and the column names, so a bug in
 the pipeline's own reading code cannot hide a bug in what the pipeline wrote.
 
 Checked after every round (Violation names the check and the evidence):
@@ -56,11 +57,13 @@ class Checker:
     def _table(self, name: str):
         return self.spark.read.format("delta").load(os.path.join(self.root, "cluster", name))
 
-    def _brokers(self) -> list[int]:
-        return sorted(r["broker"] for r in self._table("brokers").select("broker").collect())
+    def log_paths(self) -> dict[int, str]:
+        """Each broker's log: `log` under its location, which the brokers table's `path` names (a
+        path relative to the root: the default location, <root>/brokers/<id>)."""
+        return {r["broker"]: os.path.join(self.root, r["path"], "log")  # (an absolute path stays as it is)
+                for r in self._table("brokers").select("broker", "path").collect()}
 
-    def _log_rows(self, broker: int) -> list:
-        path = os.path.join(self.root, "brokers", str(broker), "log")
+    def _log_rows(self, path: str) -> list:
         if not os.path.exists(os.path.join(path, "_delta_log")):
             return []  # a lost disk: the broker is down and holds nothing
         return self.spark.read.format("delta").load(path).select(
@@ -76,10 +79,10 @@ class Checker:
                 state[key] = r.asDict()
         logs = defaultdict(list)  # (topic, partition, broker) -> [(offset, epoch, value)]
         present = set()  # brokers whose log directory exists (not a lost disk)
-        for broker in self._brokers():
-            if os.path.exists(os.path.join(self.root, "brokers", str(broker), "log", "_delta_log")):
+        for broker, path in sorted(self.log_paths().items()):
+            if os.path.exists(os.path.join(path, "_delta_log")):
                 present.add(broker)
-            for r in self._log_rows(broker):
+            for r in self._log_rows(path):
                 value = bytes(r["value"]).decode() if r["value"] is not None else None
                 logs[(r["topic"], r["partition"], broker)].append((r["offset"], r["leader_epoch"], value))
         for rows in logs.values():

@@ -59,11 +59,12 @@ def rounds_done(root: str) -> int:
     return newest_round(os.path.join(root, "cluster", "rounds"))
 
 
-def round_in_flight(root: str, brokers: int) -> int | None:
-    """A round whose commits have reached a broker's log while the rounds table has not."""
+def round_in_flight(root: str, logs: list[str]) -> int | None:
+    """A round whose commits have reached a broker's log (`logs`: their paths) while the rounds
+    table has not."""
     done = rounds_done(root)
-    for b in range(brokers):
-        r = newest_round(os.path.join(root, "brokers", str(b), "log"))
+    for log in logs:
+        r = newest_round(log)
         if r > done:
             return r
     return None

@@ -5,7 +5,9 @@ every round; at the end the cluster heals and every produce request must have se
 Events: produce with acks 0, 1 or all; idempotent batches and their retries; rounds; clock jumps
 (past replica.lag.time.max.ms and broker.session.timeout.ms) and steps back (a round runs no
 earlier than the one before it); pause, resume and throttle of a
-broker's fetcher; a broker crash and restart; the loss of a stopped broker's log directory; a round
+broker's fetcher; a broker crash and restart; the loss of a stopped broker's log directory; a running
+broker's whole storage location deleted or made read-only (each broker has a location of its own,
+outside the root; a round halts the broker, as Kafka halts a broker whose log dir failed); a round
 killed after a random one of its commits and run again (recovery); preferred leader elections;
 delete_records; topic creation; reassignments (KIP-455) of a partition to 2 or 3 of the brokers;
 a producer_byte_rate on the client id every produce carries, set, changed or removed (requests wait
@@ -33,6 +35,7 @@ from pyspark.sql import functions as F
 from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
 from tests.soak import job as job_process
+from tests.fs_faults import read_only
 from tests.soak.checker import Checker, Expected, Violation
 
 START_MS = 1_700_000_000_000
@@ -49,6 +52,7 @@ WEIGHTS = {
     "unthrottle": 1, "stop": 1, "start": 2, "lose_disk": 1, "crash_round": 2, "preferred": 1,
     "delete_records": 1, "create_topic": 1, "read": 2, "reassign": 1, "quota": 1, "clock_back": 1,
     "kill_job": 0.2,  # about 150 s each (three JVMs start): once in 200 events
+    "fail_location": 1,
 }
 CLIENT_ID = "soak"
 
@@ -62,7 +66,9 @@ class Soak:
         self.spark, self.root = spark, root
         self.rng = random.Random(seed)
         self.clock = ManualClock(start_ms=START_MS)
-        self.cluster = Cluster.create(spark, root, brokers=3, clock=self.clock, config=dict(self.config))
+        # each broker on a location of its own, outside the root (Kafka's log.dirs): a failure domain
+        self.cluster = Cluster.create(spark, root, brokers=3, clock=self.clock, config=dict(self.config),
+                                      broker_dirs={b: f"{root}-disks/{b}" for b in range(3)})
         self.cluster.create_topic("clean", partitions=3, replication_factor=3)
         self.cluster.create_topic("unclean", partitions=2, replication_factor=3,
                                   config={"unclean.leader.election.enable": True})
@@ -74,6 +80,8 @@ class Soak:
         self.values = 0
         self.stopped: set[int] = set()
         self.lost: set[int] = set()
+        self.failing: dict[int, str] = {}  # broker -> how its location failed ("delete" | "unwritable"), until halted
+        self.unwritable: set[int] = set()  # brokers whose location refuses writes (until started or healed)
         self.paused: set[int] = set()
         self.throttled: set[int] = set()
         self.producers: dict[int, dict] = {}  # partition of "clean" -> producer id, epoch, next sequence, last batch
@@ -100,7 +108,21 @@ class Soak:
         self._note(f"  round {report.round_id} at +{report.now_ms - START_MS} ms: appended "
                    f"{report.records_appended}, acked {report.requests_acked}, failed {report.requests_failed}, "
                    f"isr -{report.isr_shrinks}/+{report.isr_expands}, offline {report.offline_partitions}")
+        self._halted_by_failure()
         self.after_round(report, self.checker.check())
+
+    def _halted_by_failure(self) -> None:
+        """The brokers whose failed location a round has met are stopped now (halted)."""
+        if not self.failing:
+            return
+        states = {r["broker"]: r["state"] for r in self.cluster._broker_rows()}
+        for broker, how in sorted(self.failing.items()):
+            if states[broker] in ("stopped", "fenced"):
+                del self.failing[broker]
+                self.stopped.add(broker)
+                if how == "delete":
+                    self.lost.add(broker)
+                self._note(f"  broker {broker} halted: its location failed ({how})")
 
     def after_round(self, report, snap: dict) -> None:
         """Called after every round that completed, with the checker's snapshot of the tables."""
@@ -229,11 +251,11 @@ class Soak:
         self._note(f"unthrottle fetcher {broker}")
 
     def draw_stop(self) -> dict | None:
-        return None if self.stopped else {"broker": self.rng.randrange(3)}
+        return None if self.stopped or self.failing else {"broker": self.rng.randrange(3)}
 
     def do_stop(self, broker: int) -> None:
-        if self.stopped:  # one broker down at a time: min ISR 2 of RF 3 stays reachable
-            return self._skip(f"stop broker {broker} (broker {min(self.stopped)} is down)")
+        if self.stopped or self.failing:  # one broker down at a time: min ISR 2 of RF 3 stays reachable
+            return self._skip(f"stop broker {broker} (broker {min([*self.stopped, *self.failing])} is down)")
         self.cluster.stop_broker(broker)
         self.stopped.add(broker)
         self._note(f"stop broker {broker}")
@@ -244,17 +266,46 @@ class Soak:
     def do_start(self, broker: int) -> None:
         if broker not in self.stopped:
             return self._skip(f"start broker {broker}")
+        self._location_back(broker)
         self.cluster.start_broker(broker)
         self.stopped.discard(broker)
         self.lost.discard(broker)
         self._note(f"start broker {broker}")
 
+    def _location_back(self, broker: int) -> None:
+        """A location that refused writes can be written again (a deleted one is made anew, empty,
+        by start_broker)."""
+        if broker in self.unwritable:
+            read_only(self.cluster.storage.broker_root(broker), False)
+            self.unwritable.discard(broker)
+
+    def draw_fail_location(self) -> dict | None:
+        if self.stopped or self.failing:
+            return None
+        return {"broker": self.rng.randrange(3), "how": self.rng.choice(["delete", "unwritable"])}
+
+    def do_fail_location(self, broker: int, how: str) -> None:
+        """A running broker's whole storage location fails: deleted (a lost disk or bucket) or
+        read-only. A round halts the broker when it meets the failure (the next round, when deleted;
+        its next write to that log, when read-only), the controller fences it and moves its
+        leaderships; start (or heal) brings the location back (a deleted one empty) and restarts it."""
+        if self.stopped or self.failing:  # one broker down at a time
+            return self._skip(f"broker {broker}'s location fails ({how})")
+        where = self.cluster.storage.broker_root(broker)
+        if how == "delete":
+            shutil.rmtree(where)
+        else:
+            read_only(where, True)
+            self.unwritable.add(broker)
+        self.failing[broker] = how
+        self._note(f"broker {broker}'s location {where} fails ({how})")
+
     def draw_lose_disk(self) -> dict | None:
-        candidates = sorted(self.stopped - self.lost)
+        candidates = sorted(self.stopped - self.lost - self.unwritable)
         return {"broker": candidates[0]} if candidates else None
 
     def do_lose_disk(self, broker: int) -> None:
-        if broker not in self.stopped or broker in self.lost:
+        if broker not in self.stopped or broker in self.lost or broker in self.unwritable:
             return self._skip(f"broker {broker} loses its log directory")
         shutil.rmtree(self.cluster.storage.log_path(broker), ignore_errors=True)
         self.lost.add(broker)
@@ -280,6 +331,7 @@ class Soak:
                        f"{len(done)})")
             # a round that completed is checked like any other: the checks that compare with the last
             # round (an election against the ISR before it, the HW) must see every round's outcome
+            self._halted_by_failure()
             self.after_round(report, self.checker.check())
         except Crash as crash:
             self._note(f"round killed {crash}")
@@ -324,7 +376,7 @@ class Soak:
                     job_process.check_producers(running)
                     if job_process.table_version(inbox) < landed:
                         return None
-                    r = job_process.round_in_flight(self.root, len(self.cluster.brokers))
+                    r = job_process.round_in_flight(self.root, list(self.checker.log_paths().values()))
                     return r if r is not None and r > start + after_rounds else None
 
                 killed = job_process.wait_until(appending, 300, job, f"round {start + after_rounds}")
@@ -430,8 +482,12 @@ class Soak:
             self.cluster.resume_fetcher(b)
         for b in sorted(self.throttled):
             self.cluster.throttle_fetcher(b, max_bytes_per_round=None)
+        for b in sorted(self.unwritable):
+            self._location_back(b)
+        self._halted_by_failure()
         for b in sorted(self.stopped):
             self.cluster.start_broker(b)
+        self.failing = {}  # (a read-only location no write met: writable again, its broker never halted)
         if self.quota_rate is not None:
             self.cluster.alter_client_quotas({"client-id": CLIENT_ID}, delete=["producer_byte_rate"])
         self.paused, self.throttled, self.stopped, self.lost, self.quota_rate = set(), set(), set(), set(), None
