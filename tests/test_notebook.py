@@ -26,6 +26,7 @@ def test_the_walkthrough_runs_without_errors(tmp_path, monkeypatch):
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert all(f"cluster-disk{b}" in text for b in range(3))  # each broker's location, from replog.brokers
     # broker 2 leaves the ISRs of the two partitions it follows, then rejoins both
     assert "ISR -0/+0" in text and "ISR -2/+0" in text and "ISR -0/+2" in text
     # broker 0 crashes: fenced after the session timeout, partition 0 led by broker 1 in epoch 1

@@ -123,6 +123,14 @@ def test_bad_configuration_names_the_key_and_writes_nothing(spark, tmp_path):
     assert "INVALID_CONFIG" in out and "num.replica.fetchers" in out
     assert sorted(os.listdir(rounds_log)) == before
 
+    # the brokers' locations are the cluster's: a file that places broker 0 elsewhere is refused
+    conf.write_text(f"broker.0.log.dirs={tmp_path / 'elsewhere'}\n")
+    done = submit("--root", root, "--conf-file", str(conf), "--available-now", timeout=180)
+    assert done.returncode == 2
+    out = done.stdout + done.stderr
+    assert "INVALID_CONFIG" in out and "brokers [0]" in out and f"{root}/brokers/0" in out
+    assert sorted(os.listdir(rounds_log)) == before
+
 
 @pytest.mark.integration
 def test_streaming_job_replicates_until_sigterm_then_resumes_from_its_checkpoint(spark, tmp_path):
