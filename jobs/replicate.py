@@ -23,8 +23,10 @@ runs rounds takes the replication lease over, and this job's next round then fai
 FENCED_INSTANCE_ID.
 
 Exit codes: 0 done, 1 the cluster or Spark could not be opened or another job runs on the root,
-2 bad arguments or configuration, 3 a round failed with one of replog's errors (printed, e.g.
-FENCED_INSTANCE_ID or KAFKA_STORAGE_ERROR; such a round writes nothing).
+2 bad arguments or configuration (a `--conf-file` whose `broker.<id>.log.dirs` differ from the
+cluster's locations too), 3 a round failed with one of replog's errors (printed, e.g.
+FENCED_INSTANCE_ID, or KAFKA_STORAGE_ERROR for a cluster table; such a round writes nothing). A
+broker whose storage location fails does not stop the job: a round halts that broker and goes on.
 """
 
 from __future__ import annotations
