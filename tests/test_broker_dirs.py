@@ -10,7 +10,6 @@ import os
 import shutil
 
 import pytest
-from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
