@@ -149,7 +149,7 @@ def test_a_cluster_without_a_pass_starts_counting_at_the_first_job_step(spark, n
 def test_a_read_only_log_directory_fails_the_pass_with_kafka_storage_error_then_a_pass_completes(spark, maintained):
     from pathlib import Path
 
-    from tests.test_storage_faults import _read_only
+    from tests.fs_faults import read_only as _read_only
     cluster, clock, logs, _, _ = maintained
     cluster = Cluster.open(spark, cluster.storage.root, clock=clock)  # the one above was fenced by a reopen
     log_dir = Path(logs[1])
