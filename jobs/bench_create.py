@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -21,7 +20,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_round import save  # noqa: E402  (jobs/ is scripts, not a package)
+from bench_round import machine, save  # noqa: E402  (jobs/ is scripts, not a package)
 from pipeline import Cluster, ManualClock, get_spark  # noqa: E402
 from pipeline.storage import CLUSTER_TABLES, Storage, _table_props  # noqa: E402
 
@@ -67,8 +66,7 @@ def main() -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     medians = {way: statistics.median(s[1:]) for way, s in seconds.items()}
-    data = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-                       f"Spark {spark.version}",
+    data = {"machine": machine(spark),
             "command": f"jobs/bench_create.py --repeats {args.repeats}",
             "results": {"tables_median_s": medians, "ratio": medians["at once"] / medians["one after another"],
                         "cluster_create_median_s": statistics.median(create_s[1:]),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -22,7 +21,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_round import save  # noqa: E402  (jobs/ is scripts, not a package)
+from bench_round import machine, save  # noqa: E402  (jobs/ is scripts, not a package)
 from pipeline import Cluster, ManualClock, get_spark  # noqa: E402
 from pipeline.broker_dirs import log_problem  # noqa: E402
 
@@ -67,8 +66,7 @@ def main() -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     medians = {name: statistics.median(s[1:]) for name, s in seconds.items()}
-    data = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-                       f"Spark {spark.version}",
+    data = {"machine": machine(spark),
             "command": f"jobs/bench_log_check.py --rounds {args.rounds} --records {args.records}",
             "results": {"round_median_s": medians, "check_median_s": statistics.median(check_s[1:]),
                         "idle_ratio": medians["idle with the check"] / medians["idle without"],

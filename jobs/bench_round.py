@@ -77,6 +77,11 @@ def new_cluster(spark, root: str, partitions: int) -> tuple[ManualClock, Cluster
     return clock, cluster
 
 
+def machine(spark) -> str:
+    """The machine a benchmark ran on, as its JSON records it."""
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, Spark {spark.version}"
+
+
 def save(data: dict, out: str) -> None:
     """Writes a benchmark's figures to `out` (JSON) and says where."""
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -27,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from pyspark.sql import functions as F  # noqa: E402
 
-from bench_round import save  # noqa: E402  (jobs/ is scripts, not a package)
+from bench_round import machine, save  # noqa: E402  (jobs/ is scripts, not a package)
 from pipeline import get_spark  # noqa: E402
 from pipeline.schemas import LOG_SCHEMA, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA  # noqa: E402
 from pipeline.storage import _LOG_PROPS, _table_props  # noqa: E402
@@ -96,8 +95,7 @@ def main() -> None:
         figures = measure(spark, scratch, args.repeats)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    data = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-                       f"Spark {spark.version}",
+    data = {"machine": machine(spark),
             "command": f"jobs/bench_stats.py --repeats {args.repeats}", "results": figures}
     for name, f in figures.items():
         line = ", ".join(f"{label} {s:.3f} s ({f['ratio_to_default'][label]:.2f}x)" for label, s in f["median_s"].items())
