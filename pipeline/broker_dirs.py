@@ -30,9 +30,9 @@ from pyspark.sql.types import StructType
 
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.schemas import LOG_SCHEMA
-from pipeline.storage import Storage, is_uri
+from pipeline.storage import Storage, is_uri, log_stamp
 
-__all__ = ["check_locations", "split_dirs_config", "log_problem", "write_problem", "DIRS_KEY"]
+__all__ = ["check_locations", "given_locations", "split_dirs_config", "log_problem", "write_problem", "DIRS_KEY"]
 
 # a broker's location in a configuration (conf/replog.properties, --config): broker.<id>.log.dirs
 DIRS_KEY = re.compile(r"^broker\.(\d+)\.log\.dirs$")
@@ -53,6 +53,22 @@ def split_dirs_config(config: Mapping[str, Any] | None) -> tuple[dict[int, str],
                               f"'{key}' must be one path or URI (one location per broker), got {value!r}")
         dirs[int(found.group(1))] = value.strip()
     return dirs, rest
+
+
+def given_locations(brokers: int, configured: Mapping[int, str], broker_dirs: Mapping[int, str] | None) -> dict[int, str]:
+    """The locations a new cluster of `brokers` brokers is given, from its config
+    (`split_dirs_config`) and `broker_dirs`: INVALID_CONFIG for a broker it has not, or one given
+    two different locations."""
+    given = {**configured, **(broker_dirs or {})}
+    unknown = sorted(b for b in given if not (isinstance(b, int) and 0 <= b < brokers))
+    if unknown:
+        raise ReplogError(ErrorCode.INVALID_CONFIG, f"locations given for brokers {unknown}, which a cluster of "
+                          f"{brokers} brokers (0..{brokers - 1}) has not")
+    clash = sorted(b for b in configured if b in (broker_dirs or {}) and configured[b] != broker_dirs[b])
+    if clash:
+        raise ReplogError(ErrorCode.INVALID_CONFIG,
+                          f"brokers {clash} are given one location in broker_dirs and another in the config")
+    return given
 
 
 def _inside(inner: str, outer: str) -> bool:
@@ -86,7 +102,7 @@ def check_locations(storage: Storage, wanted: Mapping[int, Any], others: Mapping
         log = f"{where}/log" if is_uri(where) else os.path.join(where, "log")
         if storage.path_exists(f"{log}/_delta_log"):
             try:
-                cluster_id, owner = storage.log_stamp(log)
+                cluster_id, owner = log_stamp(storage.snapshot(log))
             except Exception:  # noqa: BLE001 - a log Delta cannot load is still not an empty location
                 cluster_id, owner = None, None
             whose = (f"the log of broker {owner} of cluster {cluster_id}" if cluster_id else "a Delta table")
@@ -127,7 +143,7 @@ def log_problem(storage: Storage, broker: int) -> str | None:
     try:
         snapshot = storage.snapshot(path)
         schema = StructType.fromJson(json.loads(snapshot.metadata().schemaString()))
-        cluster_id, owner = storage.log_stamp(path)
+        cluster_id, owner = log_stamp(snapshot)  # (the same snapshot: one Delta log listing a check)
     except Exception as e:  # noqa: BLE001 - a corrupted log
         return f"cannot be read ({type(e).__name__})"
     columns = {f.name: f.dataType for f in schema.fields}

@@ -24,7 +24,7 @@ from pipeline import quotas
 from pipeline import recovery
 from pipeline import views
 from pipeline.assignment import assign_replicas
-from pipeline.broker_dirs import check_locations, log_problem, split_dirs_config, write_problem
+from pipeline.broker_dirs import check_locations, given_locations, log_problem, split_dirs_config, write_problem
 from pipeline.clock import Clock, SystemClock
 from pipeline.config import (CLUSTER_KEYS, LONG_MAX, TOPIC_KEYS, to_json, validate_cluster_config, validate_topic_config,
                              with_defaults)
@@ -144,13 +144,7 @@ class Cluster:
         if storage.exists():
             raise ReplogError(ErrorCode.CLUSTER_ALREADY_EXISTS, f"{storage.root} already holds a cluster")
         ids = list(range(brokers))
-        given = {**configured, **(broker_dirs or {})}
-        unknown = sorted(b for b in given if b not in ids)
-        clash = sorted(b for b in configured if b in (broker_dirs or {}) and configured[b] != broker_dirs[b])
-        if unknown or clash:
-            raise ReplogError(ErrorCode.INVALID_CONFIG, f"locations given for brokers {unknown}, which a cluster of "
-                              f"{brokers} brokers (0..{brokers - 1}) has not" if unknown else
-                              f"brokers {clash} are given one location in broker_dirs and another in the config")
+        given = given_locations(brokers, configured, broker_dirs)
         storage.broker_dirs = check_locations(storage, given, {b: storage.default_broker_root(b) for b in ids
                                                                if b not in given})
         storage.cluster_id = str(uuid.uuid4())

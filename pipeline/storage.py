@@ -27,7 +27,7 @@ from pipeline.errors import ErrorCode, LogDirFailure, ReplogError
 from pipeline.spark import settings_restored
 
 __all__ = ["Storage", "TXN_APP_ID", "is_concurrent_conflict", "RECOVERY_APP_ID", "is_uri", "parse_tag", "current_rows", "current_rows_sql",
-           "all_null", "added_rows"]
+           "all_null", "added_rows", "table_properties", "log_stamp"]
 
 TXN_APP_ID = "replog-round"
 RECOVERY_APP_ID = "replog-recovery"
@@ -198,6 +198,18 @@ def added_rows(file_stats: list[dict] | None) -> int | None:
     return None if file_stats is None else sum(stats["numRecords"] for stats in file_stats)
 
 
+def table_properties(snapshot, *keys: str) -> tuple[str | None, ...]:
+    """Delta table properties from a table's snapshot (Storage.snapshot; None where unset)."""
+    conf = snapshot.metadata().configuration()
+    return tuple(str(conf.apply(k)) if conf.contains(k) else None for k in keys)
+
+
+def log_stamp(snapshot) -> tuple[str | None, str | None]:
+    """(cluster id, broker id) a log was stamped with, from its snapshot (None: a log made before
+    the stamp, or a table of no cluster)."""
+    return table_properties(snapshot, LOG_CLUSTER_PROPERTY, LOG_BROKER_PROPERTY)  # type: ignore[return-value]
+
+
 def is_uri(root: str) -> bool:
     """s3a://..., abfss://..., gs://..., file:///... (or file:/...): a root Hadoop's FileSystem resolves."""
     return bool(_URI.match(root))
@@ -366,8 +378,7 @@ class Storage:
             self.spark.sql(f"UPDATE delta.`{self.path('brokers')}` SET path = concat('brokers/', CAST(broker AS STRING))")
         for broker in brokers:
             if self._is_table(self.log_path(broker)):
-                stamp = {LOG_CLUSTER_PROPERTY: self.cluster_id, LOG_BROKER_PROPERTY: str(broker)} if self.cluster_id else {}
-                keys = self.ensure_properties(self.log_path(broker), {**_LOG_PROPS, **stamp})
+                keys = self.ensure_properties(self.log_path(broker), self._log_props(broker))
                 if keys:
                     added[f"log {broker}"] = keys
         self.set_cluster_property(LAYOUT_PROPERTY, str(LAYOUT))  # (a conflict: the next open checks again)
@@ -375,8 +386,7 @@ class Storage:
 
     def cluster_property(self, key: str) -> str | None:
         """A Delta table property of the cluster table, from its snapshot (no Spark job)."""
-        conf = self.snapshot(self.path("cluster")).metadata().configuration()
-        return str(conf.apply(key)) if conf.contains(key) else None
+        return table_properties(self.snapshot(self.path("cluster")), key)[0]
 
     def set_cluster_property(self, key: str, value: str) -> bool:
         """Sets a property of the cluster table (one commit); False when another writer's commit
@@ -403,18 +413,15 @@ class Storage:
         hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
         hadoop_path.getFileSystem(self.spark._jsc.hadoopConfiguration()).delete(hadoop_path, True)
 
-    def create_log(self, broker: int) -> None:
-        """An empty log for `broker` at its location, stamped with the cluster's id and the
-        broker's (Kafka's meta.properties), so a location another cluster's broker uses is told."""
+    def _log_props(self, broker: int) -> dict[str, str]:
+        """A log's Delta properties, with its stamp: the cluster's id and the broker's (Kafka's
+        meta.properties), so a location another cluster's broker uses is told."""
         stamp = {LOG_CLUSTER_PROPERTY: self.cluster_id, LOG_BROKER_PROPERTY: str(broker)} if self.cluster_id else {}
-        self._create(self.log_path(broker), schemas.LOG_SCHEMA, {**_LOG_PROPS, **stamp})
+        return {**_LOG_PROPS, **stamp}
 
-    def log_stamp(self, path: str) -> tuple[str | None, str | None]:
-        """(cluster id, broker id) a log at `path` was stamped with (None: a log made before the stamp,
-        or a table of no cluster), from its snapshot (no Spark job)."""
-        conf = self.snapshot(path).metadata().configuration()
-        return tuple(str(conf.apply(k)) if conf.contains(k) else None  # type: ignore[return-value]
-                     for k in (LOG_CLUSTER_PROPERTY, LOG_BROKER_PROPERTY))
+    def create_log(self, broker: int) -> None:
+        """An empty log for `broker` at its location, stamped (_log_props)."""
+        self._create(self.log_path(broker), schemas.LOG_SCHEMA, self._log_props(broker))
 
     # -- reads -------------------------------------------------------------------------------
     def read(self, table: str) -> DataFrame:
