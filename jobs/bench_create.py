@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_round import machine, save  # noqa: E402  (jobs/ is scripts, not a package)
 from pipeline import Cluster, ManualClock, get_spark  # noqa: E402
-from pipeline.storage import CLUSTER_TABLES, Storage, _table_props  # noqa: E402
+from pipeline.storage import CLUSTER_TABLES, Storage, table_props  # noqa: E402
 
 BROKERS = 3
 
@@ -30,7 +30,7 @@ BROKERS = 3
 def one_after_another(storage: Storage) -> None:
     for name, schema in CLUSTER_TABLES.items():
         if name != "cluster":
-            storage._create(storage.path(name), schema, _table_props(name))
+            storage._create(storage.path(name), schema, table_props(name))
     for broker in range(BROKERS):
         storage.create_log(broker)
 

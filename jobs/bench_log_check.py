@@ -1,4 +1,4 @@
-"""What the round's check of the brokers' storage locations costs (broker_dirs.log_problem for each
+"""What the round's check of the brokers' storage locations costs (locations.log_problem for each
 running broker before a round, from its Delta snapshot): rounds with the check and without it, in
 turn in one process, on one cluster of three brokers each on a location of its own; idle rounds
 (nothing to do: the round's floor) and rounds appending `--records` records.
@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_round import machine, save  # noqa: E402  (jobs/ is scripts, not a package)
 from pipeline import Cluster, ManualClock, get_spark  # noqa: E402
-from pipeline.broker_dirs import log_problem  # noqa: E402
+from pipeline import brokers as broker_ops  # noqa: E402
+from pipeline.storage.locations import log_problem  # noqa: E402
 
 BROKERS = 3
 
@@ -41,13 +42,13 @@ def main() -> None:
         cluster = Cluster.create(spark, os.path.join(scratch, "meta"), brokers=BROKERS, clock=clock,
                                  broker_dirs={b: os.path.join(scratch, f"disk{b}") for b in range(BROKERS)})
         cluster.create_topic("bench", partitions=8, replication_factor=3)
-        checked = cluster._halt_failed_brokers
+        checked = broker_ops.halt_failed_brokers
         seconds: dict[str, list[float]] = {f"{kind} {way}": [] for kind in ("idle", "append")
                                            for way in ("with the check", "without")}
         check_s = []
         for i in range(args.rounds + 1):
             for way in ("with the check", "without"):
-                cluster._halt_failed_brokers = checked if way == "with the check" else (lambda failed=None: [])
+                broker_ops.halt_failed_brokers = checked if way == "with the check" else (lambda core, failed=None: [])
                 for kind in ("append", "idle"):
                     if kind == "append":
                         cluster.produce("bench", [{"value": "v" * 100, "partition": n % 8}
@@ -62,7 +63,7 @@ def main() -> None:
             started = time.perf_counter()
             assert all(log_problem(cluster.storage, b) is None for b in range(BROKERS))
             check_s.append(time.perf_counter() - started)
-        cluster._halt_failed_brokers = checked
+        broker_ops.halt_failed_brokers = checked
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     medians = {name: statistics.median(s[1:]) for name, s in seconds.items()}

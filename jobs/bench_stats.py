@@ -1,12 +1,12 @@
 """What Delta's file statistics cost a round's appends: the same rows appended to tables that keep
 statistics on Delta's default first 32 columns, on the columns the cluster's tables keep them on
-(pipeline/storage.py: replica_state and results their 3 leading key columns; a log topic,
+(pipeline/storage/tables.py: replica_state and results their 3 leading key columns; a log topic,
 partition, offset and timestamp), and on none.
 
     .venv/bin/python jobs/bench_stats.py [--repeats 10]
 
 Rows as a round writes them: replica_state rows of 5,000 partitions (15,000 rows) and 6,000 log
-rows with 100-byte values, under the round's Spark settings (pipeline.spark.FAST_CONFS:
+rows with 100-byte values, under the round's Spark settings (pipeline.runtime.tuning.FAST_CONFS:
 interpreted expressions). The tables are appended to in turn, in one process; medians after the
 first two appends. Writes benchmarks/stats.json.
 """
@@ -29,7 +29,7 @@ from pyspark.sql import functions as F  # noqa: E402
 from bench_round import machine, save  # noqa: E402  (jobs/ is scripts, not a package)
 from pipeline import get_spark  # noqa: E402
 from pipeline.schemas import LOG_SCHEMA, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA  # noqa: E402
-from pipeline.storage import _LOG_PROPS, _table_props  # noqa: E402
+from pipeline.storage import LOG_PROPS, table_props  # noqa: E402
 
 WARM_UP = 2
 STATS_KEYS = ("delta.dataSkippingNumIndexedCols", "delta.dataSkippingStatsColumns")
@@ -37,7 +37,7 @@ STATS_KEYS = ("delta.dataSkippingNumIndexedCols", "delta.dataSkippingStatsColumn
 
 def _settings(table: str) -> dict[str, dict[str, str]]:
     """The statistics settings compared for `table`: Delta's default, the cluster's, none."""
-    props = _LOG_PROPS if table == "log" else _table_props(table)
+    props = LOG_PROPS if table == "log" else table_props(table)
     return {"default (32 columns)": {}, "the cluster's": {k: v for k, v in props.items() if k in STATS_KEYS},
             "none": {"delta.dataSkippingNumIndexedCols": "0"}}
 

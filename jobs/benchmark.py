@@ -37,7 +37,7 @@ behind the rate asked, and the table shows the rate sent. Writes benchmarks/fres
 
 Scenario `maintenance` (issue 7, target 4: the job keeps its Delta tables healthy): a cluster of P
 partitions (3 brokers, RF 3) runs N rounds of steady traffic (k records into k random partitions
-each round); then one table maintenance pass (`Cluster.maintain`, pipeline/maintenance.py) with the
+each round); then one table maintenance pass (`Cluster.maintain`, pipeline/storage/maintenance.py) with the
 job's defaults. Reported: the pass's seconds; the files in the snapshots of the logs and tables
 and in their `_delta_log` directories before and after; the median seconds of `storage.version()`
 (a `_delta_log` listing) of the results table over 20 calls, and of W rounds just before and just
@@ -314,7 +314,7 @@ def throughput(spark, records: int, partitions: int, value_bytes: int, max_round
 
 def produce_run(spark, records: int, partitions: int, value_bytes: int, repeats: int) -> dict:
     from pipeline.produce import records_frame
-    from pipeline.spark import compiled_expressions
+    from pipeline.runtime import compiled_expressions
 
     workdir = tempfile.mkdtemp(prefix="bench-produce-")
     try:
@@ -498,7 +498,7 @@ def _micro_batches(job_log: str) -> list[float]:
 
 def _table_files(cluster: Cluster) -> dict:
     """Data files in the current snapshots of every table and log, and files in their _delta_log."""
-    from pipeline.maintenance import table_paths
+    from pipeline.storage.maintenance import table_paths
     in_snapshots, in_logs = 0, 0
     for path in table_paths(cluster.storage, cluster.brokers).values():
         in_snapshots += int(cluster.storage.snapshot(path).numOfFiles())

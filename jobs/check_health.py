@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline import Cluster, get_spark
     from pipeline.cli import describe_line
     from pipeline.errors import ReplogError
-    from pipeline.spark import SparkSetupError
+    from pipeline.runtime import SparkSetupError
 
     try:
         spark = get_spark(app_name="replog-check-health")

@@ -15,7 +15,7 @@ import time
 from pyspark.sql import functions as F
 
 from pipeline import Cluster, get_spark
-from pipeline.spark import SparkSetupError
+from pipeline.runtime import SparkSetupError
 
 MAX_ROUNDS = 10
 

@@ -1,4 +1,4 @@
-"""What a round costs the driver in calls to the JVM, and what pipeline/jvm_lookups.py's column,
+"""What a round costs the driver in calls to the JVM, and what pipeline/runtime/jvm_lookups.py's column,
 literal and list handling and the rounds' one-projection `withColumns` save, side by side.
 
     .venv/bin/python jobs/profile_driver_calls.py [--partitions 100] [--records 1000] [--rounds 22]
@@ -31,6 +31,9 @@ from pyspark.sql.classic.dataframe import DataFrame
 from pyspark.sql.functions import builtin
 
 from pipeline import Cluster, ManualClock, get_spark
+from pipeline.runtime import jvm_lookups
+
+jvm_lookups.install()  # (get_spark does too; _OLD below reads what it wraps)
 
 WARM_UP = 2
 

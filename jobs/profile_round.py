@@ -92,7 +92,7 @@ def profile_rounds(spark, root: str, partitions: int, records: int, rounds: int)
     return {"round_median_s": statistics.median(totals), "phase_median_s": medians(phases),
             "jobs_median": statistics.median(jobs), "job_median_s": by_place,
             # (the round's carry: the state the next round starts from; a profiler may look inside)
-            "state_passes": state_passes(spark, cluster._carry.state)}
+            "state_passes": state_passes(spark, cluster.core.carry.state)}
 
 
 def compare_commits(spark, path: str, repeats: int = 10) -> dict:

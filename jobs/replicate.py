@@ -8,7 +8,7 @@ not anything was produced (lag expiry needs time, not data), and foreachBatch ru
 `Cluster.run_round()`, the same function the API calls, then the log cleaner's pass when
 `log.cleaner.backoff.ms` has passed (`Cluster.compact_if_due()`) and Delta table maintenance when
 `log.maintenance.interval.ms` has (`Cluster.maintain_if_due()`: compaction of the small files rounds
-leave, VACUUM, Delta log retention; pipeline/maintenance.py). The trigger interval defaults to the
+leave, VACUUM, Delta log retention; pipeline/storage/maintenance.py). The trigger interval defaults to the
 cluster's `replica.fetch.wait.max.ms`. SIGTERM (or Ctrl-C) to the job's Python process (its pid is
 logged at start) stops the query after the round in progress; a restart resumes from the
 checkpoint. (SIGTERM to the spark-submit JVM stops Spark at once, possibly mid-round.)
@@ -18,7 +18,7 @@ until `--max-stalled-rounds` rounds in a row change nothing (a stuck follower, s
 what a scheduled Airflow task wants.
 
 One job per root: a job takes ROOT/.replicate.lock for its life, and a second job started on the
-root is refused at once with REPLICATION_JOB_RUNNING (pipeline/job_lock.py). Any other writer that
+root is refused at once with REPLICATION_JOB_RUNNING (pipeline/storage/job_lock.py). Any other writer that
 runs rounds takes the replication lease over, and this job's next round then fails with
 FENCED_INSTANCE_ID.
 
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr, force=True)
     args = _args(argv)
-    from pipeline.broker_dirs import split_dirs_config
+    from pipeline.storage.locations import split_dirs_config
     from pipeline.config import validate_cluster_config
     from pipeline.errors import ReplogError
 
@@ -212,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from pipeline import Cluster, get_spark
-    from pipeline.job_lock import hold_job_lock
-    from pipeline.spark import SparkSetupError
+    from pipeline.storage.job_lock import hold_job_lock
+    from pipeline.runtime import SparkSetupError
 
     try:
         lock = hold_job_lock(args.root)  # before Spark starts: a refused job costs nothing

@@ -4,6 +4,6 @@ from pipeline.clock import Clock, ManualClock, SystemClock
 from pipeline.cluster import Cluster
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.round import RoundReport
-from pipeline.spark import get_spark
+from pipeline.runtime import get_spark
 
 __all__ = ["Cluster", "Clock", "ManualClock", "SystemClock", "ErrorCode", "ReplogError", "RoundReport", "get_spark"]

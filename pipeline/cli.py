@@ -57,7 +57,7 @@ _LONG_RUNNING = {"run", "maintain"}
 
 
 def _spark(args: argparse.Namespace):
-    from pipeline.spark import get_spark
+    from pipeline.runtime import get_spark
     return get_spark(app_name="replog-cli", short_lived=args.command not in _LONG_RUNNING)
 
 
@@ -178,7 +178,7 @@ def _progress(report: Any, done: int, total: int | None) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> None:
-    from pipeline.job_lock import hold_job_lock
+    from pipeline.storage.job_lock import hold_job_lock
     lock = hold_job_lock(args.root)  # one job per root: a second is refused before Spark starts
     try:
         _run_rounds(args, _open(args))
@@ -188,10 +188,10 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 
 def cmd_maintain(args: argparse.Namespace) -> None:
-    """One pass of Delta table maintenance (pipeline/maintenance.py). It takes the one-writer lease,
+    """One pass of Delta table maintenance (pipeline/storage/maintenance.py). It takes the one-writer lease,
     so it holds the job lock as `run` does: refused while a replication job runs (which makes the
     pass itself every log.maintenance.interval.ms)."""
-    from pipeline.job_lock import hold_job_lock
+    from pipeline.storage.job_lock import hold_job_lock
     lock = hold_job_lock(args.root)
     try:
         report = _open(args).maintain()
@@ -528,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--root is required (or set REPLOG_ROOT)")
     if getattr(args, "rounds", None) is not None and args.rounds < 1:
         parser.error("--rounds must be >= 1")
-    from pipeline.spark import SparkSetupError
+    from pipeline.runtime import SparkSetupError
     try:
         args.run(args)
     except ReplogError as err:

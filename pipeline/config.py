@@ -118,7 +118,7 @@ _KEYS = [
     ConfigKey("log.cleaner.enable", bool, True, _any, "true|false", "the replication job runs the log cleaner"),
     ConfigKey("log.cleaner.backoff.ms", int, 15000, _positive, "> 0",
               "the replication job runs a cleaner pass at most this often (cluster clock)"),
-    # Delta table maintenance by the replication job (pipeline/maintenance.py; not Kafka keys)
+    # Delta table maintenance by the replication job (pipeline/storage/maintenance.py; not Kafka keys)
     ConfigKey("log.maintenance.interval.ms", int, 3600000, _positive, "> 0",
               "the replication job compacts small files and vacuums at most this often (cluster clock)"),
     ConfigKey("log.maintenance.min.files", int, 64, _positive, "> 0",

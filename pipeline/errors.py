@@ -31,7 +31,7 @@ class ErrorCode:
     DUPLICATE_SEQUENCE_NUMBER = "DUPLICATE_SEQUENCE_NUMBER"
     CLUSTER_ALREADY_EXISTS = "CLUSTER_ALREADY_EXISTS"
     CLUSTER_NOT_FOUND = "CLUSTER_NOT_FOUND"
-    # a second replication job started on a root whose job still runs (not a Kafka code: job_lock.py)
+    # a second replication job started on a root whose job still runs (not a Kafka code: storage/job_lock.py)
     REPLICATION_JOB_RUNNING = "REPLICATION_JOB_RUNNING"
     BROKER_NOT_AVAILABLE = "BROKER_NOT_AVAILABLE"
     REQUEST_TIMED_OUT = "REQUEST_TIMED_OUT"

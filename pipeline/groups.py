@@ -1,5 +1,5 @@
 """Consumer groups' committed offsets (Kafka's OffsetCommit / OffsetFetch and the consumer's
-auto.offset.reset), as rules over DataFrames; the I/O sits in cluster.py."""
+auto.offset.reset), as rules over DataFrames; the I/O sits in consume.py and reads.py."""
 
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
-"""The producer side: validating records and turning them into inbox rows (client-side partitioning)."""
+"""The producer side: validating records, turning them into inbox rows (client-side partitioning),
+and appending a produce request to the inbox."""
 
 from __future__ import annotations
 
 import random
-from typing import Any, Iterable
+import uuid
+from typing import TYPE_CHECKING, Any, Iterable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -11,9 +13,13 @@ from pyspark.sql.types import BinaryType, ByteType, IntegerType, LongType, Short
 
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.partitioner import partition_for_key
+from pipeline.runtime import compiled_expressions
 from pipeline.schemas import ACKS_ALL, INBOX_SCHEMA
 
-__all__ = ["parse_acks", "check_client", "record_rows", "records_frame"]
+if TYPE_CHECKING:
+    from pipeline.core import ClusterCore
+
+__all__ = ["parse_acks", "check_client", "record_rows", "records_frame", "produce_request"]
 
 _ACKS = {0: 0, 1: 1, -1: ACKS_ALL, "0": 0, "1": 1, "-1": ACKS_ALL, "all": ACKS_ALL}
 _RECORD_FIELDS = {"key", "value", "partition", "producer_id", "producer_epoch", "sequence"}
@@ -81,7 +87,7 @@ def record_rows(records: Iterable[dict], topic: str, partitions: int | None, req
 
 
 # A produced DataFrame whose plan Spark estimates at this many bytes or more is written with compiled
-# expressions (pipeline/spark.py): 1,000,000 records of 100 bytes took 3.6 s compiled against 27.6 s
+# expressions (pipeline/runtime/tuning.py): 1,000,000 records of 100 bytes took 3.6 s compiled against 27.6 s
 # interpreted, but 1,000 took 1.08 s against 0.24 s (a compile per write: the request id and time are
 # literals in the plan). jobs/benchmark.py --scenario produce
 BULK_BYTES_FOR_CODEGEN = 10_000_000
@@ -132,3 +138,28 @@ def records_frame(df: DataFrame, topic: str, partitions: int | None, request_id:
         F.lit(client[0]).alias("client_id"), F.lit(client[1]).alias("user"),
     )
     return out.select([F.col(f.name).cast(f.dataType) for f in INBOX_SCHEMA.fields])
+
+
+def produce_request(core: "ClusterCore", topic: str, records: Any, acks: Any = 1, client_id: str | None = None,
+                    user: str | None = None) -> str:
+    """A produce request appended to the inbox (Cluster.produce); its request id. A bulk load (a
+    DataFrame of many rows) is written with compiled expressions."""
+    acks_value = parse_acks(acks)
+    client = check_client(client_id, user)
+    if not isinstance(topic, str):
+        raise ReplogError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic must be a str, got {topic!r}")
+    meta = core.metadata.topic(topic)
+    partitions = meta["partitions"] if meta is not None else None
+    request_id = str(uuid.uuid4())
+    now = core.clock.now_ms()
+    if isinstance(records, DataFrame):
+        df = records_frame(records, topic, partitions, request_id, acks_value, now, client)
+        with compiled_expressions(core.spark, when=is_bulk(df)):
+            core.storage.append_table(df, "inbox")
+        return request_id
+    if isinstance(records, (str, bytes, dict)) or not hasattr(records, "__iter__"):
+        raise ReplogError(ErrorCode.INVALID_RECORD, "records must be a list of dicts or a DataFrame")
+    df = core.spark.createDataFrame(record_rows(records, topic, partitions, request_id, acks_value, now, client),
+                                    INBOX_SCHEMA)
+    core.storage.append_table(df, "inbox")
+    return request_id

@@ -1,4 +1,4 @@
-"""Writes the driver JVM's class-data-sharing archive (pipeline.spark.jvm_archive(); `make setup`
+"""Writes the driver JVM's class-data-sharing archive (pipeline.runtime.jvm_archive(); `make setup`
 runs this once per PySpark version). A JVM started from PySpark runs what a CLI command and a
 round do, on a throw-away cluster, and Java (-XX:ArchiveClassesAtExit) archives the classes it
 loaded when it exits. Without the archive everything works, only JVMs start slower; so a failure
@@ -12,7 +12,7 @@ import tempfile
 from pyspark import SparkContext
 
 from pipeline import Cluster, ManualClock
-from pipeline.spark import QUIET_CDS_LOG, get_spark, jvm_archive
+from pipeline.runtime import QUIET_CDS_LOG, get_spark, jvm_archive
 
 
 def workload(spark, root: str) -> None:

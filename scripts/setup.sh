@@ -47,9 +47,9 @@ fetch() {  # group-path artifact version
 }
 fetch io/delta "delta-spark_${SPARK_BINARY}_${SCALA}" "$DELTA_JAR_VERSION"
 fetch io/delta delta-storage "$DELTA_JAR_VERSION"
-# the driver JVM's class-data-sharing archive (pipeline/spark.py): once per PySpark version, about
+# the driver JVM's class-data-sharing archive (pipeline/runtime/session.py): once per PySpark version, about
 # a minute; JVMs start without it when it cannot be made
-archive=$(.venv/bin/python -c 'from pipeline.spark import jvm_archive; print(jvm_archive())')
+archive=$(.venv/bin/python -c 'from pipeline.runtime import jvm_archive; print(jvm_archive())')
 if [ ! -f "$archive" ]; then
   echo "setup: writing the driver JVM's class-data-sharing archive ($archive)"
   .venv/bin/python scripts/jvm_archive.py >.cache/jvm-archive.log 2>&1 \

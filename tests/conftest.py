@@ -2,7 +2,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pipeline import Cluster, ManualClock, get_spark
-from pipeline.spark import driver_java_options, forget_table_logs
+from pipeline.runtime import driver_java_options, forget_table_logs
 
 
 @pytest.fixture(scope="session")
@@ -10,7 +10,7 @@ def spark():
     # small data: adaptive execution's extra per-stage jobs cost more than they save (rounds ~10%
     # faster without it, measured side by side); it changes no result
     # the parallel collector: a worker makes and forgets hundreds of clusters, CPU bound on 2 cores
-    # (pipeline.spark.PARALLEL_GC)
+    # (pipeline.runtime.PARALLEL_GC)
     session = get_spark(extra={"spark.sql.shuffle.partitions": "1", "spark.default.parallelism": "2",
                                "spark.sql.adaptive.enabled": "false",
                                "spark.databricks.delta.snapshotPartitions": "1",
@@ -22,7 +22,7 @@ def spark():
 @pytest.fixture(scope="module", autouse=True)
 def forget_a_modules_tables():
     """After each test module, the session forgets the Delta logs of the tables its tests made
-    (pipeline.spark.forget_table_logs): they are deleted, and kept they filled the heap."""
+    (pipeline.runtime.forget_table_logs): they are deleted, and kept they filled the heap."""
     yield
     session = SparkSession.getActiveSession()
     if session is not None:

@@ -135,7 +135,7 @@ def test_errors_are_one_line_and_exit_non_zero(tmp_path):
     assert no_root.returncode == 2 and "--root is required" in no_root.stderr
 
     # a replication job holds the root (its lock, not a real job: refused before Spark starts)
-    from pipeline.job_lock import hold_job_lock
+    from pipeline.storage.job_lock import hold_job_lock
     (tmp_path / "cluster").mkdir()
     held = hold_job_lock(str(tmp_path))
     try:

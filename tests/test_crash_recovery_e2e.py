@@ -1,5 +1,5 @@
 """Crash-safe rounds: a round killed after any of its commits, then run again, leaves exactly the
-tables of one clean run of it (recovery.py). The round under test commits to every table a round
+tables of one clean run of it (storage/recovery.py). The round under test commits to every table a round
 writes: two brokers' logs (leader and follower appends), partitions (broker 2 fenced: ISR shrinks
 and an election), elections, replica_state, producers (an idempotent producer), results (acks=1
 and acks=all acked: the follower's follow-up fetch moves the HW) and its rounds row. A copy of the
@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
-from pipeline.recovery import Replay, last_complete_round, recover
+from pipeline.storage.recovery import Replay, last_complete_round, recover
 from pipeline.storage import TXN_APP_ID, Storage, parse_tag
 
 START = 1_700_000_000_000
@@ -73,7 +73,7 @@ def prepared(spark, tmp_path_factory):
     cluster.produce("t", [{"value": "c", "partition": 0}], acks=1)
     cluster.produce("t", [{"value": f"i{s}", "partition": 1, "producer_id": 7, "producer_epoch": 0, "sequence": s}
                           for s in range(2)], acks="all")
-    return str(base), clock.now_ms(), cluster._round_id + 1
+    return str(base), clock.now_ms(), cluster.core.round_id + 1
 
 
 def run_clean(spark, root, now):
@@ -176,7 +176,7 @@ def test_a_last_wave_that_landed_in_part_is_undone_and_replayed(spark, prepared,
     newest = storage.read("rounds").agg({"round_id": "max"}).first()[0]
     assert last_complete_round(storage, newest)[0] == round_id - 1
     # another process (creating a topic, say) takes the round before it as the last one
-    assert Cluster.open(spark, root, clock=ManualClock(start_ms=now))._round_id == round_id - 1
+    assert Cluster.open(spark, root, clock=ManualClock(start_ms=now)).core.round_id == round_id - 1
 
     again = Cluster.open(spark, root, clock=ManualClock(start_ms=now + 3_000))
     report = again.run_round()

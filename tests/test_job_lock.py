@@ -1,11 +1,11 @@
-"""One replication job per root (pipeline/job_lock.py): a second one is refused, naming the first."""
+"""One replication job per root (pipeline/storage/job_lock.py): a second one is refused, naming the first."""
 
 import os
 
 import pytest
 
 from pipeline.errors import ErrorCode, ReplogError
-from pipeline.job_lock import LOCK_FILE, hold_job_lock
+from pipeline.storage.job_lock import LOCK_FILE, hold_job_lock
 
 
 def test_a_second_job_is_refused_until_the_first_lets_go(tmp_path):

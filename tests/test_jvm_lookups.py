@@ -1,11 +1,11 @@
-"""Py4J's name lookups are remembered (pipeline/jvm_lookups.py): a call to the JVM costs one round
+"""Py4J's name lookups are remembered (pipeline/runtime/jvm_lookups.py): a call to the JVM costs one round
 trip, not one per dot of its name; fields are still read each time. A column name's JVM Column is
 made once, and a list argument crosses in calls of ten elements."""
 
 from pyspark import SparkContext
 from pyspark.sql import functions as F
 
-from pipeline.jvm_lookups import _NamedColumns
+from pipeline.runtime.jvm_lookups import _NamedColumns
 
 
 def _round_trips(spark, monkeypatch):
@@ -95,3 +95,20 @@ def test_a_list_with_a_null_is_converted_element_by_element(spark):
     converted = spark._jvm.java.util.ArrayList(["a", None, 3])
     assert list(converted) == ["a", None, 3]
     assert list(spark._jvm.java.util.ArrayList([])) == []
+
+
+def test_importing_the_package_patches_nothing_and_get_spark_switches_the_cache_on():
+    import subprocess
+    import sys
+    code = ("import pipeline\n"
+            "from py4j import java_gateway\n"
+            "from pyspark.sql.classic import column\n"
+            "from pyspark.sql.functions import builtin\n"
+            "print(hasattr(java_gateway.JavaClass.__getattr__, '__wrapped__'),"
+            " isinstance(column._create_column_from_name, type(lambda: 0)),"
+            " hasattr(builtin._invoke_function, '__wrapped__'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True", "False"]
+    # this process's session came from get_spark: the cache is on
+    from py4j import java_gateway
+    assert hasattr(java_gateway.JavaClass.__getattr__, "__wrapped__")

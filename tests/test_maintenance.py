@@ -1,4 +1,4 @@
-"""Delta table maintenance (pipeline/maintenance.py): compaction of the small files rounds leave,
+"""Delta table maintenance (pipeline/storage/maintenance.py): compaction of the small files rounds leave,
 VACUUM within its retention and Delta log retention, on a real cluster's tables and logs."""
 
 import os

@@ -231,7 +231,7 @@ def v2_cluster(new_cluster, clock, topic_config=None, **config):
 
 def ran_v2(cluster):
     """The last round was an active one of this process, which left its carry."""
-    return isinstance(cluster._carry, Carry)
+    return isinstance(cluster.core.carry, Carry)
 
 
 def test_a_v2_cluster_round_appends_replicates_answers_and_then_idles(spark, new_cluster, clock):
@@ -445,7 +445,7 @@ def test_a_v2_round_compacts_replica_state_to_its_current_rows_and_keeps_its_car
         sizes.append(storage.read("replica_state").count())
     assert sizes == [9, 6, 9]
     # the carry went on: the table's versions are the ones the carry holds, and the rows are right
-    assert cluster._carry.versions == table_versions(storage)
+    assert cluster.core.carry.versions == table_versions(storage)
     assert sorted((r["partition"], r["broker"], r["log_end_offset"], r["high_watermark"])
                   for r in cluster.replicas("orders").collect()) == \
         [(p, b, 3 - 3 * p, 3 - 3 * p) for p in range(2) for b in range(3)]
@@ -468,7 +468,7 @@ def test_replica_state_is_compacted_once_the_superseded_rows_are_three_times_the
         assert ran_v2(cluster)
         sizes.append(storage.read("replica_state").count())
     assert sizes == [12, 18, 6, 12]
-    assert cluster._carry.versions == table_versions(storage)
+    assert cluster.core.carry.versions == table_versions(storage)
     assert sorted((r["partition"], r["broker"], r["log_end_offset"]) for r in cluster.replicas("orders").collect()) \
         == [(p, b, 3) for p in range(2) for b in range(3)]
 

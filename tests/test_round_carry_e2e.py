@@ -22,7 +22,7 @@ _RECOMPUTED = ("round_id", "last_fetch_time_ms", "last_caught_up_time_ms")
 
 def carried_rows(cluster):
     """The replica_state rows of the partition state the cluster carries, without _RECOMPUTED."""
-    state = cluster._carry.state.withColumn("round_id", F.lit(0).cast("long"))
+    state = cluster.core.carry.state.withColumn("round_id", F.lit(0).cast("long"))
     return sorted(round_run._replica_state_rows(state).drop(*_RECOMPUTED).collect())
 
 
@@ -36,7 +36,7 @@ def test_a_carried_round_sees_what_another_writer_committed_in_between(new_clust
     cluster.produce("t", [{"value": "a"}], acks="all")
     clock.advance(500)
     cluster.run_round()
-    carry = cluster._carry
+    carry = cluster.core.carry
     assert carry is not None and carry.versions == table_versions(cluster.storage)
 
     other = Cluster.open(spark, cluster.storage.root, clock=clock)  # another process, same root
@@ -89,7 +89,7 @@ def test_a_round_works_on_the_partitions_that_changed_and_replica_state_is_compa
     assert any("step=compact" in (h["userMetadata"] or "") for h in history)
     assert read_back == []  # it wrote the rows it carries: it did not read the table it had just written
     current = storage.replica_state()
-    assert current.count() == 24 and cluster._carry is not None
+    assert current.count() == 24 and cluster.core.carry is not None
     assert carried_rows(cluster) == current_rows(storage)
 
 
@@ -141,7 +141,7 @@ def test_a_round_compacts_from_the_table_when_another_writer_committed_during_it
         clock.advance(500)
         cluster.run_round()  # the first round rewrites every replica's row: its compaction is due
     # (it read the table again, and the carry it left is of older versions: the next round reads the tables)
-    assert len(read_back) == 1 and cluster._carry.versions != table_versions(storage)
+    assert len(read_back) == 1 and cluster.core.carry.versions != table_versions(storage)
     history = spark.sql(f"DESCRIBE HISTORY delta.`{storage.path('replica_state')}`").collect()
     assert "step=compact" in (history[0]["userMetadata"] or "")
     _kept_and_replicating(cluster, clock)
@@ -170,7 +170,7 @@ def test_rounds_that_move_replicas_compact_from_what_they_carry(new_cluster, clo
         clock.advance(500)
         cluster.run_round()
         current = storage.replica_state().drop("round_id")
-        assert cluster._carry is not None
+        assert cluster.core.carry is not None
         assert carried_rows(cluster) == current_rows(storage)
     assert cluster.reassignments().count() == 0 and current.count() == 4
     assert sorted(r["broker"] for r in current.filter("partition = 0").collect()) == [b for b in range(4) if b not in old]
@@ -322,14 +322,14 @@ def test_a_round_that_finds_replica_state_compact_and_writes_no_state_row_keeps_
     storage = cluster.storage
     clock.advance(500)
     cluster.run_round()  # rewrites every replica's row, then compacts the table to the current 4
-    assert storage.read("replica_state").count() == 4 and cluster._carry is not None
+    assert storage.read("replica_state").count() == 4 and cluster.core.carry is not None
     cluster.alter_configs("brokers", set={"log.cleaner.backoff.ms": 20_000})  # a config change drops it
-    assert cluster._carry is None
+    assert cluster.core.carry is None
     version = storage.version("replica_state")
     clock.advance(500)
     cluster.run_round()  # every partition read again; nothing to write to replica_state
     assert storage.version("replica_state") == version
-    assert cluster._carry is not None and cluster._carry.versions == table_versions(storage)
+    assert cluster.core.carry is not None and cluster.core.carry.versions == table_versions(storage)
 
 
 def test_a_maintenance_pass_time_recorded_in_the_cluster_table_keeps_the_carry_and_a_config_change_drops_it(
@@ -343,15 +343,15 @@ def test_a_maintenance_pass_time_recorded_in_the_cluster_table_keeps_the_carry_a
     for _ in range(2):
         clock.advance(500)
         cluster.run_round()
-    carry, version = cluster._carry, cluster.storage.version("cluster")
+    carry, version = cluster.core.carry, cluster.storage.version("cluster")
     assert carry is not None
     assert cluster.maintain_if_due() is None  # no pass yet: records the time to count from
     assert cluster.storage.version("cluster") == version + 1
     clock.advance(500)
     idle = cluster.run_round()
-    assert cluster._carry is carry and idle.fetch_request_partitions == 0
+    assert cluster.core.carry is carry and idle.fetch_request_partitions == 0
     cluster.alter_configs("brokers", set={"replica.lag.time.max.ms": 20_000})
-    assert cluster._carry is None and cluster.config["replica.lag.time.max.ms"] == 20_000
+    assert cluster.core.carry is None and cluster.config["replica.lag.time.max.ms"] == 20_000
 
 
 def test_a_maintenance_pass_over_the_carried_tables_keeps_the_carry_and_another_writers_rows_drop_it(
@@ -376,7 +376,7 @@ def test_a_maintenance_pass_over_the_carried_tables_keeps_the_carry_and_another_
     cluster.produce("t", [{"value": "after", "partition": 1}], acks="all")
     clock.advance(500)
     cluster.run_round()
-    assert reads == [] and cluster._carry is not None and cluster._carry.versions == table_versions(storage)
+    assert reads == [] and cluster.core.carry is not None and cluster.core.carry.versions == table_versions(storage)
     assert committed(cluster, "t") == {0: 3, 1: 1}
     assert carried_rows(cluster) == current_rows(storage)
 
@@ -412,6 +412,6 @@ def test_catch_up_rounds_that_answer_no_request_keep_their_carry(new_cluster, cl
             assert report.records_replicated > 0
             assert cluster.storage.read("results").count() == results_rows  # (no result row)
             caught_up_only += 1
-        assert cluster._carry.versions == table_versions(cluster.storage)
+        assert cluster.core.carry.versions == table_versions(cluster.storage)
     assert caught_up_only >= 2 and reads == [] and committed(cluster, "t") == {0: 5000}
     assert carried_rows(cluster) == current_rows(cluster.storage)

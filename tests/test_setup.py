@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.spark import SparkSetupError, delta_jars
+from pipeline.runtime import SparkSetupError, delta_jars
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,7 +73,7 @@ def test_spark_submit_runs_rounds_with_the_settings_local_runs_get():
     """Under spark-submit the JVM starts from conf/spark-defaults.conf before get_spark() runs, so
     its static settings (the file system, driver memory) must be there: each round setting of
     FAST_CONFS, except the UI (an operator's job keeps its UI), with the same value."""
-    from pipeline.spark import FAST_CONFS
+    from pipeline.runtime import FAST_CONFS
     conf = {}
     for line in (Path(__file__).resolve().parent.parent / "conf" / "spark-defaults.conf").read_text().splitlines():
         if line.strip() and not line.startswith("#"):

@@ -108,7 +108,7 @@ def test_a_running_brokers_location_fails_mid_soak(spark, tmp_path, how):
                  ["produce", {"topic": "clean", "acks": "all", "records": [[0, "d"], [1, "e"], [2, "f"]]}],
                  "round", "round"], heal=False)
     assert soak.stopped == {1} and soak.failing == {} and soak.lost == ({1} if how == "delete" else set())
-    halted = {r["broker"]: r for r in soak.cluster._broker_rows()}[1]
+    halted = {r["broker"]: r for r in soak.cluster.core.metadata.broker_rows()}[1]
     assert halted["state"] == "stopped" and halted["log_dir_failure"]
     soak.replay([["wait", {"ms": 10_000}],
                  ["produce", {"topic": "clean", "acks": "all", "records": [[0, "g"], [1, "h"], [2, "i"]]}],

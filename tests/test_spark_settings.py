@@ -1,11 +1,11 @@
-"""pipeline.spark's settings helpers and the driver's JVM options."""
+"""pipeline.runtime's settings helpers and the driver's JVM options."""
 
-from pipeline.spark import compiled_expressions, forget_table_logs
+from pipeline.runtime import compiled_expressions, forget_table_logs
 
 
 def test_driver_java_options_name_the_archive_when_setup_made_one_and_c1_for_short_lived_processes(
         tmp_path, monkeypatch):
-    import pipeline.spark as spark_module
+    import pipeline.runtime.session as spark_module
     monkeypatch.setattr(spark_module, "JVM_ARCHIVE_DIR", tmp_path)
     assert spark_module.driver_java_options() == ""  # no archive: Java's defaults
     assert spark_module.driver_java_options(parallel_gc=True) == "-XX:+UseParallelGC"
@@ -23,7 +23,7 @@ def test_driver_java_options_name_the_archive_when_setup_made_one_and_c1_for_sho
 
 
 def test_the_suites_jvm_maps_the_archive_that_setup_made_and_runs_the_parallel_collector(spark):
-    from pipeline.spark import jvm_archive
+    from pipeline.runtime import jvm_archive
     assert jvm_archive().is_file(), "make setup writes it (scripts/jvm_archive.py)"
     jvm = spark.sparkContext._jvm
     arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
@@ -48,7 +48,7 @@ def test_forgetting_the_table_logs_empties_deltas_cache_and_the_tables_read_and_
 
 def test_a_pinned_frame_without_its_size_estimate_keeps_its_rows_and_runs_no_job(spark):
     from pyspark.sql import functions as F
-    from pipeline.spark import without_size_estimate
+    from pipeline.runtime import without_size_estimate
     pinned = spark.range(5).join(spark.range(5).withColumnRenamed("id", "x"), F.col("id") == F.col("x")) \
         .localCheckpoint()
 

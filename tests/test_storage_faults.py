@@ -6,7 +6,6 @@ A lost cluster table fails with a clear error and writes nothing; a broker's fai
 halts that broker, as Kafka's does (tests/test_broker_dirs.py has the failure domains); after the
 fault heals the cluster goes on with nothing lost or doubled."""
 
-import os
 import shutil
 import threading
 

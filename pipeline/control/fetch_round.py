@@ -76,7 +76,7 @@ class RoundContext:
     # nothing). Empty: every follower fetches in full without a session.
     fetch_contexts: tuple[tuple[int, int, str, int], ...] = ()
     # replication quotas (KIP-73): (broker, the bytes it may move this round) of each leader and
-    # follower broker with a throttled rate (Cluster._throttle_budgets; absent: unlimited). The
+    # follower broker with a throttled rate (round/driver.py's _throttle_budgets; absent: unlimited). The
     # state then lists each replica's throttle (bool arrays `leader_throttle_listed` and
     # `follower_throttle_listed`: its topic's throttled-replicas lists name it), and a broker's
     # budget is shared by all its partitions: the control job runs them in one task

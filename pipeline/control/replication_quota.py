@@ -6,7 +6,7 @@ the leader, or `*`) is throttled on its leader's side; one listed in
 `follower.replication.throttled.replicas` (the follower's) on its follower's side; a replica in the
 ISR is never throttled. Each throttled broker has a budget of bytes for the round (the rate times
 the time since the last round plus what it left unused, at most the quota window's worth:
-Cluster._throttle_budgets); a leader's is shared by every response it sends, a follower's by every
+round/driver.py's _throttle_budgets); a leader's is shared by every response it sends, a follower's by every
 response it receives. A throttled partition's records go while the throttled bytes before it (in
 the leader's order of requests, or the follower's) and its own stay within the budget, with no
 first-record exception: over its quota, Kafka's leader leaves throttled partitions out of its

@@ -9,6 +9,7 @@ replication job's foreachBatch calls through Cluster.run_round.
 - control_job.py: Kafka's rules (pipeline/control/) over buckets of partitions, one Spark job.
 - active.py: the control job, the records written once per broker, the control outputs.
 - run.py: the cluster's round on its tables, and what it carries to the next (Carry).
+- driver.py: an open cluster's round: the lease, halts, recovery, the inputs gathered on the driver.
 """
 
 from pipeline.round.inputs import CARRIED_TABLES, RoundInputs, RoundReport, idle_round, table_versions

@@ -24,7 +24,7 @@ from pipeline.round.control_job import (pending_requests, produce_results, run_c
                                         with_producer_checks)
 from pipeline.round.inputs import REQUEST_KEY
 from pipeline.schemas import LOG_SCHEMA, PARTITION_KEY, PRODUCERS_SCHEMA
-from pipeline.spark import compiled_expressions
+from pipeline.runtime import compiled_expressions
 
 __all__ = ["RoundTables", "ActiveRound", "run_active_round"]
 

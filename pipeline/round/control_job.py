@@ -25,7 +25,7 @@ from pipeline.errors import ErrorCode
 from pipeline.producer_state import check_producer_sequences, producer_batches, retained_batches
 from pipeline.replication import producer_fields_agree, record_size, validate_produce_requests
 from pipeline.schemas import NO_LEADER, REPLICA_KEY
-from pipeline.spark import without_size_estimate
+from pipeline.runtime import without_size_estimate
 from pipeline.storage import current_rows
 
 __all__ = ["fetcher_bucket", "partition_state_from_tables", "summarise_inbox", "pending_requests", "producer_checks",

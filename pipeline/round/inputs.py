@@ -85,26 +85,26 @@ class RoundInputs:
     handles_after: list = field(default_factory=list)
     session_evictions: int = 0
     # the fetch sessions planned again for the (follower, leader) -> partitions pairs after the
-    # controller's elections (Cluster._session_inputs): returns contexts, sessions_after,
+    # controller's elections (round/driver.py's _session_inputs): returns contexts, sessions_after,
     # handles_after and session_evictions, so a follower fetches from its new leader in the round
     # that elected it, as Kafka's fetcher adds the partition at the leader change
     plan_sessions: Callable[[dict], dict] | None = None
     # the first round of a process that opened an existing cluster: its brokers (re)start
     restarted: bool = False
-    # the controller's decisions (Cluster._controller_inputs): fence, unfence, live_before_start,
+    # the controller's decisions (round/driver.py's _controller_inputs): fence, unfence, live_before_start,
     # live, lost_log, down (brokers stopped or fenced before this round)
     controller: dict | None = None
     # the inbox and admin versions the round reads up to (None: the newest; a replayed round reads
-    # what it read the first time, see recovery.py)
+    # what it read the first time, see storage/recovery.py)
     inbox_to_version: int | None = None
     admin_to_version: int | None = None
     # a partition has a reassignment in progress (KIP-455): the controller checks for completions
     reassigning: bool = False
     # KIP-73 replication quotas: ("leader" | "follower", broker) -> bytes that broker may still move
-    # for throttled replicas this round (absent: unlimited); see Cluster._throttle_budgets
+    # for throttled replicas this round (absent: unlimited); see round/driver.py's _throttle_budgets
     throttle_budgets: dict = field(default_factory=dict)
     # client quotas (pipeline/quotas.py): (user, client_id) pairs -> their produce quota's sensor
-    # rows (Cluster._quota_sensors; None: no producer_byte_rate is configured), and the requests
+    # rows (ClusterCore.quota_sensors; None: no producer_byte_rate is configured), and the requests
     # the last round left waiting (None: unknown, 0: none)
     quota_sensors: Callable[[list[tuple]], list[tuple]] | None = None
     last_throttled_requests: int | None = None

@@ -29,7 +29,7 @@ from pipeline.round.inputs import (CARRIED_TABLES, REQUEST_KEY, RoundInputs, Rou
 from pipeline.round.reads import log_start_requests, partition_meta, pending_results, read_inbox, serving_brokers
 from pipeline.schemas import (NO_LEADER, PARTITION_KEY, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, RESULTS_SCHEMA,
                               ROUNDS_SCHEMA)
-from pipeline.spark import compiled_expressions
+from pipeline.runtime import compiled_expressions
 from pipeline.storage import Storage, added_rows, all_null, is_concurrent_conflict
 
 __all__ = ["Carry", "run_round"]
@@ -314,7 +314,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
         for broker in sorted(figures["log_start_brokers"]):  # (after the logs; the round's row comes last)
             storage.delete_log_prefixes(broker, _log_starts_of(rows, broker), round_id)
         # the last wave: the HW and ISR's rows, the results and the round's row at once; the row's
-        # commit names the others, and the round is complete when they all landed (recovery.py)
+        # commit names the others, and the round is complete when they all landed (storage/recovery.py)
         reports.append(report_of(figures))
         storage.commit_round_row(spark.createDataFrame([tuple(reports[0].as_dict().values())], ROUNDS_SCHEMA),
                                  answers, round_id)

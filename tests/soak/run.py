@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from pipeline import get_spark
-from pipeline.spark import forget_table_logs
+from pipeline.runtime import forget_table_logs
 from tests.soak.checker import Violation
 from tests.soak.shrink import shrink
 from tests.soak.lockstep import Lockstep

@@ -115,7 +115,7 @@ class Soak:
         """The brokers whose failed location a round has met are stopped now (halted)."""
         if not self.failing:
             return
-        states = {r["broker"]: r["state"] for r in self.cluster._broker_rows()}
+        states = {r["broker"]: r["state"] for r in self.cluster.core.metadata.broker_rows()}
         for broker, how in sorted(self.failing.items()):
             if states[broker] in ("stopped", "fenced"):
                 del self.failing[broker]
@@ -494,7 +494,7 @@ class Soak:
         self._note("heal: fetchers resumed and unthrottled, brokers started, the client quota removed")
         for _ in range(max_rounds):
             self._round()
-            report = self.cluster._last_report
+            report = self.cluster.core.last_report
             if report.pending_requests == 0 and report.active_partitions == 0 and not report.throttled_requests:
                 break
         self.checker.check_settled(self.checker.snapshot())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from pipeline.broker_dirs import log_problem
+from pipeline.storage.locations import log_problem
 from pipeline.replication import RECORD_OVERHEAD_BYTES
 from pipeline.schemas import REPLICA_KEY
 from pipeline.storage import Storage, current_rows_sql

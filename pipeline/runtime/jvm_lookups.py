@@ -3,11 +3,13 @@
 `jvm.scala.Option.empty()` four. A round makes ~6,500 calls to the JVM, about a third of them such
 lookups, at 0.1-0.9 ms each on this machine (a class lookup searches the jars).
 
+`install()` (get_spark calls it; importing the package patches nothing) switches on the three
+below, once per process.
+
 `remember_jvm_lookups()` makes a JVM view, a package and a class remember what a name resolved to
 when the answer cannot change while the JVM runs: a package, a class, or a static method. Fields
 are read each time (their values can change) and nothing about objects is kept. Calls still go
-to the JVM; only the name lookups before them are saved. Measured by `jobs/profile_round.py`
-(the README's "One round's phases").
+to the JVM; only the name lookups before them are saved.
 
 `remember_named_columns()` keeps the JVM Column of each column name: `F.col("x")`, and every name
 given to `select`, `groupBy` or a function as a string, is a call to the JVM that builds an
@@ -135,3 +137,11 @@ def convert_lists_in_bulk() -> None:
 
     ListConverter.convert = _bulk_list_converter(ListConverter.convert)
     _lists_installed = True
+
+
+def install() -> None:
+    """The three, once per process (idempotent). Measured side by side by
+    jobs/profile_driver_calls.py (docs/benchmarks.md, "Calls to the JVM")."""
+    remember_jvm_lookups()
+    remember_named_columns()
+    convert_lists_in_bulk()

@@ -1,6 +1,6 @@
 """One replication job per root, refused at start.
 
-Rounds are fenced by the replication lease (Cluster._hold_lease): a newer writer takes it over and
+Rounds are fenced by the replication lease (storage/lease.py): a newer writer takes it over and
 the older one fails its next round with FENCED_INSTANCE_ID. That is what lets a job restart after a
 crash, but two jobs started on one root by mistake would take the lease from each other round after
 round. So a job (jobs/replicate.py, `replog run`) first takes an exclusive lock on

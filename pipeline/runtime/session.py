@@ -6,22 +6,17 @@ import os
 import shutil
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
-from pipeline.jvm_lookups import convert_lists_in_bulk, remember_jvm_lookups, remember_named_columns
+from pipeline.runtime import jvm_lookups
+from pipeline.runtime.tuning import FAST_CONFS
 
-__all__ = ["get_spark", "delta_jars", "SparkSetupError", "COMPILED_EXPRESSIONS", "settings_restored", "compiled_expressions",
-           "forget_table_logs", "without_size_estimate"]
+__all__ = ["get_spark", "delta_jars", "SparkSetupError", "forget_table_logs", "driver_java_options", "jvm_archive"]
 
-remember_jvm_lookups()  # every process that imports the pipeline: see jvm_lookups.py
-remember_named_columns()
-convert_lists_in_bulk()
-
-JARS_DIR = Path(__file__).resolve().parent.parent / ".cache" / "jars"
+JARS_DIR = Path(__file__).resolve().parents[2] / ".cache" / "jars"
 # The driver JVM's class-data-sharing archive (`make setup` writes it: scripts/jvm_archive.py): the
 # classes a CLI command and a round load, already parsed and verified. A JVM started from PySpark
 # maps it instead of loading those classes from the jars. Named by the PySpark version, whose jars
@@ -33,74 +28,6 @@ DELTA_CONFS = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
-FAST_CONFS = {
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    # one task per shuffle: a round's shuffles carry its working set, not the log; measured side by
-    # side, a round of 1,000 records into 100 partitions took 3.78 s with 1 and 4.32 s with 2, and
-    # a round appending 500,000 records 36.5 s against 32.3 s (on a cluster: the executor cores)
-    "spark.sql.shuffle.partitions": "1",
-    "spark.databricks.delta.snapshotPartitions": "2",
-    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
-    "spark.databricks.delta.stats.collect": "true",
-    "spark.log.structuredLogging.enabled": "false",
-    # A round is many small queries over little data, each planned once per round; what it pays for
-    # is planning, not rows (jobs/profile_round.py, 100 partitions, 1,000 records a round, 2 cores):
-    # - adaptive execution re-plans each shuffle as a job of its own (round 7.9 s -> 6.1 s without);
-    # - generated code is compiled anew every round, because the round's time and id are literals
-    #   in it (~20 Janino compiles a round, 30-150 ms each); interpreted expressions compile nothing
-    #   (0 compiles a round after the first; 6.0 s -> 5.4 s);
-    # - PySpark's DataFrame debugging sends the call site to the JVM around every functions.* call
-    #   (~6 py4j calls each, ~4,000 a round);
-    # - MERGE need not copy its source first: every source a round merges is pinned (deterministic).
-    "spark.sql.adaptive.enabled": "false",
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-    "spark.python.sql.dataFrameDebugging.enabled": "false",
-    "spark.databricks.delta.merge.materializeSource": "none",
-    # Hadoop's local file system, without its native library, forks a `chmod` for every file it
-    # creates and a `readlink` for every rename (~340 processes a round, ~3 ms each on 2 cores):
-    # its raw variant writes no .crc side files and Delta no checksum file, so far fewer of them
-    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
-    "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
-    "spark.databricks.delta.writeChecksumFile.enabled": "false",
-    # a round's summary query nests every cached step's plan; its explain string (built for the SQL
-    # listener) must not grow without bound
-    "spark.sql.maxPlanStringLength": "200000",
-    "spark.driver.memory": "2g",
-}
-
-
-# Compiled expressions, for work on many rows (FAST_CONFS interprets them: a round's data is small).
-# A produce() of 1,000,000 rows took 25-32 s interpreted and 3-5 s compiled, side by side in one
-# process
-COMPILED_EXPRESSIONS = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
-
-
-@contextmanager
-def settings_restored(spark: SparkSession, keys: Iterable[str]) -> Iterator[dict[str, str | None]]:
-    """The session's SQL settings `keys` as the block found them (yielded: None for unset), put
-    back when it ends, whatever it set meanwhile."""
-    before = {k: spark.conf.get(k, None) for k in keys}
-    try:
-        yield before
-    finally:
-        for key, value in before.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
-
-
-@contextmanager
-def compiled_expressions(spark: SparkSession, when: bool = True) -> Iterator[None]:
-    """A block of work on many rows: the session's expressions compiled inside it when `when`
-    (COMPILED_EXPRESSIONS), the session's own settings back when it ends, whatever it set."""
-    with settings_restored(spark, COMPILED_EXPRESSIONS):
-        if when:
-            for key, value in COMPILED_EXPRESSIONS.items():
-                spark.conf.set(key, value)
-        yield
 
 
 def forget_table_logs(spark: SparkSession) -> None:
@@ -179,7 +106,7 @@ def _submitted_conf() -> Any:
 
 
 def get_spark(master: str | None = None, app_name: str = "replog", extra: dict | None = None,
-              short_lived: bool = False) -> SparkSession:
+              short_lived: bool = False, remember_lookups: bool = True) -> SparkSession:
     """A SparkSession with the Delta extension, from the cached jars (no network needed).
 
     >>> spark = get_spark()                           # local[*]
@@ -188,7 +115,12 @@ def get_spark(master: str | None = None, app_name: str = "replog", extra: dict |
     The master is `master`, else spark-submit's --master, else $REPLOG_MASTER, else local[2]; under
     spark-submit, its --conf and properties file win over the defaults set here. A JVM started
     here gets `driver_java_options(short_lived)` unless `extra` sets spark.driver.extraJavaOptions.
+
+    `remember_lookups` switches on this process's Py4J lookup cache (pipeline/runtime/jvm_lookups.py,
+    once per process): a session made elsewhere runs the pipeline without it, only slower.
     """
+    if remember_lookups:
+        jvm_lookups.install()
     active = SparkSession.getActiveSession()
     if active is not None and master is None and not extra:
         return active
@@ -219,16 +151,3 @@ def get_spark(master: str | None = None, app_name: str = "replog", extra: dict |
             "--properties-file conf/spark-defaults.conf (or --jars with the jars in .cache/jars).")
     spark.sparkContext.setLogLevel("ERROR")
     return spark
-
-
-def without_size_estimate(pinned: DataFrame) -> DataFrame:
-    """`pinned` (a localCheckpoint) as a plan that carries no size estimate (Spark's default).
-    localCheckpoint keeps the estimate of the plan it pinned, and a join's estimate is the product
-    of its sides': a round's output, pinned from a plan over the last round's output joined with
-    what was read from it, squared the estimate every round, until estimating a plan
-    ran the driver out of memory (a follower catching up ten records a round, the carry kept).
-    No Spark job: the pinned blocks are read as they are."""
-    jdf = pinned._jdf
-    session = pinned.sparkSession
-    return DataFrame(session._jsparkSession.internalCreateDataFrame(jdf.queryExecution().toRdd(), jdf.schema(), False),
-                     session)
