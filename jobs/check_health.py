@@ -6,7 +6,8 @@ replication job.
 It asks `replog.partitions` with Spark SQL, prints each unhealthy partition (at most --show of them)
 in Kafka's describe format, and exits 1 if there are any, 0 if none, 2 when the cluster cannot be
 opened. Under-replicated partitions that still have min.insync.replicas in sync are reported, but
-they do not fail the check: acks=all writes still succeed.
+they do not fail the check: acks=all writes still succeed. Each term is pipeline/control/
+partition_health.py's definition, the one the round's gauges and `replog topics` use.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-
-UNHEALTHY = "leader = -1 OR size(isr) < min_isr"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline import Cluster, get_spark
     from pipeline.cli import describe_line
     from pipeline.errors import ReplogError
+    from pipeline.control.partition_health import SQL
     from pipeline.runtime import SparkSetupError
 
     try:
@@ -38,11 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ReplogError, SparkSetupError) as err:
         print(f"check_health: {err}", file=sys.stderr)
         return 2
-    counts = spark.sql("""
-        SELECT count_if(leader = -1) AS offline, count_if(leader <> -1 AND size(isr) < min_isr) AS under_min_isr,
-               count_if(size(isr) < size(replicas)) AS under_replicated, count(*) AS partitions
+    counts = spark.sql(f"""
+        SELECT count_if({SQL['offline']}) AS offline, count_if({SQL['under_min_isr']}) AS under_min_isr,
+               count_if({SQL['under_replicated']}) AS under_replicated, count(*) AS partitions
         FROM replog.partitions""").first()
-    bad = spark.sql(f"SELECT * FROM replog.partitions WHERE {UNHEALTHY} ORDER BY topic, partition LIMIT {args.show}")
+    unhealthy = f"({SQL['offline']}) OR ({SQL['under_min_isr']})"
+    bad = spark.sql(f"SELECT * FROM replog.partitions WHERE {unhealthy} ORDER BY topic, partition LIMIT {args.show}")
     for r in bad.toLocalIterator():
         print(f"{describe_line(r)}\tMinIsr: {r['min_isr']}")
     summary = (f"{counts['partitions']} partitions: {counts['offline']} offline, {counts['under_min_isr']} under "

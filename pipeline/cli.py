@@ -35,10 +35,13 @@ from typing import Any, Callable, Iterator
 
 from pipeline.errors import ErrorCode, ReplogError
 
+# kafka-topics --describe's filters, by control/partition_health.py's definitions (looked up when
+# used: that module needs numpy, which a command that starts no JVM never loads); as kafka-topics
+# does, --under-min-isr-partitions also lists the offline partitions
 _FILTERS = {
-    "under_replicated_partitions": "size(isr) < size(replicas) - size(removing_replicas)",
-    "under_min_isr_partitions": "size(isr) < min_isr",
-    "unavailable_partitions": "leader = -1",
+    "under_replicated_partitions": ("under_replicated",),
+    "under_min_isr_partitions": ("under_min_isr", "offline"),
+    "unavailable_partitions": ("offline",),
 }
 
 
@@ -85,10 +88,11 @@ def cmd_cluster(args: argparse.Namespace) -> None:
 
 def _describe_lines(cluster: Any, args: argparse.Namespace) -> Iterator[str]:
     """Kafka's describe lines, streamed partition by partition (the driver never holds them all)."""
+    from pipeline.control.partition_health import SQL
     df = cluster.describe(args.topic)
-    for flag, condition in _FILTERS.items():
+    for flag, names in _FILTERS.items():
         if getattr(args, flag):
-            df = df.filter(condition)
+            df = df.filter(" OR ".join(f"({SQL[name]})" for name in names))
     topics = {r["topic"]: r for r in cluster.topics().collect()}  # one row per topic
     headers = not any(getattr(args, f) for f in _FILTERS)
     current = None

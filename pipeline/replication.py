@@ -44,8 +44,9 @@ def producer_fields_agree() -> Column:
 def validate_produce_requests(inbox_df: DataFrame, partitions_df: DataFrame) -> DataFrame:
     """Adds `error_code` per inbox row: the leader's checks on a produce request, per partition.
 
-    partitions_df: topic, partition, leader, leader_epoch, isr, min_isr, message_max_bytes, compact
-    (cleanup.policy has compact); one row per partition.
+    partitions_df: topic, partition, leader, leader_epoch, isr, min_isr (the effective one:
+    control/partition_health.py), message_max_bytes, compact (cleanup.policy has compact); one row
+    per partition.
     An error on any record of a (request, partition) fails that whole part of the request, as a
     Kafka batch fails whole. Where its records fail different checks, the first check in the order
     below names the error (Kafka checks a batch's size before its records' keys and producer fields).

@@ -32,7 +32,7 @@ NOTHING = {"records_appended": 0, "records_replicated": 0, "results": 0, "reques
 def partition(topic="t", p=0, leader=0, isr=(0, 1, 2), hw=10, leo=(10, 10, 10), caught_up_ms=0, min_isr=2,
               lag_ms=1000, epoch_start=0, fetch_offset=None):
     fetch_offset = list(fetch_offset or leo)
-    return (topic, p, 0, leader, 1, epoch_start, 1, [0, 1, 2], list(isr), hw, min_isr, lag_ms, [0, 0, 0], list(leo),
+    return (topic, p, 0, leader, 1, epoch_start, 1, [0, 1, 2], list(isr), [], hw, min_isr, lag_ms, [0, 0, 0], list(leo),
             [hw] * 3, fetch_offset, [caught_up_ms] * 3, fetch_offset, [caught_up_ms] * 3, [0, 0, 0],
             [0, 0, 0], [0, 0, 0], [-1, -1, -1], [-1, -1, -1], [1, 1, 1])  # in no fetch session, validated
 

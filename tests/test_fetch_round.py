@@ -18,7 +18,7 @@ def partition(p, leader=0, isr=(0, 1, 2), leo=10, last_data_round=(0, 0, 0), cau
     replica's session in its leader's cache (0: none), `sent_hw` the HW last sent in it."""
     cached = [s != 0 for s in session]
     return dict(topic="t", partition=p, bucket=0, leader=leader, leader_epoch=1, leader_epoch_start_offset=0,
-                partition_epoch=1, replicas=[0, 1, 2], isr=list(isr), high_watermark=leo, min_isr=1,
+                partition_epoch=1, replicas=[0, 1, 2], isr=list(isr), adding_replicas=[], high_watermark=leo, min_isr=1,
                 lag_time_max_ms=1000, log_start_offset=[0] * 3, log_end_offset=[leo] * 3,
                 replica_high_watermark=[leo] * 3, fetch_offset=[leo] * 3, last_fetch_time_ms=[caught_up_ms] * 3,
                 last_fetch_leader_leo=[leo] * 3, last_caught_up_time_ms=[caught_up_ms] * 3,

@@ -18,7 +18,7 @@ from pipeline.storage import added_rows, all_null
 
 
 def empty_partition(p):
-    return ("t", p, 0, p % 3, 1, 0, 1, [p % 3, (p + 1) % 3, (p + 2) % 3], [p % 3, (p + 1) % 3, (p + 2) % 3], 0, 2,
+    return ("t", p, 0, p % 3, 1, 0, 1, [p % 3, (p + 1) % 3, (p + 2) % 3], [p % 3, (p + 1) % 3, (p + 2) % 3], [], 0, 2,
             30_000, *([[0, 0, 0]] * 8), [0, 0, 0], [0, 0, 0], [-1, -1, -1], [-1, -1, -1],
             [1, 1, 1])  # (in no fetch session; validated the leader's epoch)
 

@@ -16,7 +16,8 @@ __all__ = ["request_status"]
 def request_status(error: np.ndarray, acks: np.ndarray, last_offset: np.ndarray, high_watermark: np.ndarray,
                    isr_size: np.ndarray, min_isr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Status and error code of each request after the round (per request; the partition's
-    `high_watermark`, `isr_size` and `min_isr` given per request)."""
+    `high_watermark`, `isr_size` and `min_isr` given per request). `min_isr`: the
+    effective min ISR (control/partition_health.py)."""
     refused = error != None  # noqa: E711 (element-wise)
     waits = acks == ACKS_ALL
     under_min_isr = isr_size < min_isr

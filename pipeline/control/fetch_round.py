@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from pipeline.control import partition_health
 from pipeline.control import acks as acks_rule
 from pipeline.control.fetch_response import batches_taken
 from pipeline.control.fetch_session import (NO_SESSION, UNKNOWN, CachedPartitions, cache_after_response,
@@ -133,7 +134,8 @@ class _Partitions:
         self.is_leader = (self.brokers == self.leader[:, None]) & self.exists
         self.arrays = {name: padded(state.column(name), width, 0, np.int64) for name in REPLICA_ARRAYS}
         self.high_watermark = _np(state, "high_watermark").astype(np.int64)
-        self.min_isr = _np(state, "min_isr").astype(np.int64)
+        # every rule below takes the effective min ISR (control/partition_health.py; Kafka >= 3.7)
+        self.min_isr = partition_health.effective_min_isr(_np(state, "min_isr").astype(np.int64), self.rf)
         self.lag = _np(state, "lag_time_max_ms").astype(np.int64)
         self.epoch_start = _np(state, "leader_epoch_start_offset").astype(np.int64)
         leo = self.arrays["log_end_offset"]
@@ -575,7 +577,7 @@ def _output(state: pa.Table, parts: _Partitions, appends: _Appends, hw: np.ndarr
     for name in (*SESSION_ARRAYS, "log_start_offset"):  # (a leader's session cache entry is replica state)
         state_moved |= ((padded(state.column(name), width, 0, np.int64) != parts.arrays[name]) & parts.exists).any(axis=1)
     columns = {name: state.column(name) for name in ("topic", "partition", "bucket", "leader", "leader_epoch",
-                                                      "leader_epoch_start_offset", "replicas", "min_isr",
+                                                      "leader_epoch_start_offset", "replicas", "adding_replicas", "min_isr",
                                                       "lag_time_max_ms")}
     columns.update(
         partition_epoch=pa.array(_np(state, "partition_epoch") + changes, type=pa.int32()),

@@ -20,7 +20,8 @@ def produce_error(is_known: np.ndarray, leader: np.ndarray, acks: np.ndarray, is
     """The error that refuses each (request, partition), or None, the first that applies:
     UNKNOWN_TOPIC_OR_PARTITION (no such partition), NOT_LEADER_OR_FOLLOWER (no leader),
     NOT_ENOUGH_REPLICAS (acks=all while the ISR is under min.insync.replicas), then the records'
-    own (`record_error`, from the inbox summary: MESSAGE_TOO_LARGE, INVALID_RECORD)."""
+    own (`record_error`, from the inbox summary: MESSAGE_TOO_LARGE, INVALID_RECORD). `min_isr`: the
+    effective min ISR (control/partition_health.py)."""
     error = np.where(record_error == None, None, record_error)  # noqa: E711 (element-wise)
     error = np.where((acks == ACKS_ALL) & (isr_size < min_isr), ErrorCode.NOT_ENOUGH_REPLICAS, error)
     error = np.where(leader == NO_LEADER, ErrorCode.NOT_LEADER_OR_FOLLOWER, error)

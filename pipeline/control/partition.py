@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.control.replica import is_caught_up
+from pipeline.control.partition_health import effective_min_isr
 
 __all__ = ["out_of_sync_replicas", "maybe_expand_isr", "maybe_increment_leader_hw", "is_hw_frozen"]
 
@@ -34,9 +35,9 @@ def maybe_expand_isr(in_isr: np.ndarray, fetched: np.ndarray, fetch_offset: np.n
 
 
 def is_hw_frozen(isr_size: np.ndarray, min_isr: np.ndarray, replication_factor: np.ndarray) -> np.ndarray:
-    """The HW does not advance while the ISR is smaller than min(min.insync.replicas, replication
-    factor) (Kafka >= 3.7)."""
-    return isr_size < np.minimum(min_isr, replication_factor)
+    """The HW does not advance while the ISR is smaller than the effective min ISR,
+    min(min.insync.replicas, replication factor) (Kafka >= 3.7; partition_health.py)."""
+    return isr_size < effective_min_isr(min_isr, replication_factor)
 
 
 def maybe_increment_leader_hw(high_watermark: np.ndarray, replica_leo: np.ndarray, exists: np.ndarray,

@@ -32,8 +32,10 @@ REPLICA_ARRAYS = ("log_start_offset", "log_end_offset", "replica_high_watermark"
                   "last_fetch_time_ms", "last_fetch_leader_leo", "last_caught_up_time_ms", "last_data_round",
                   *SESSION_ARRAYS, "validated_leader_epoch")
 
-# the controller's metadata of the partition, as the partitions table holds it
-_METADATA = ("leader", "leader_epoch", "leader_epoch_start_offset", "partition_epoch", "replicas", "isr")
+# the controller's metadata of the partition, as the partitions table holds it (`adding_replicas`:
+# a reassignment's, which the replication factor leaves out: control/partition_health.py)
+_METADATA = ("leader", "leader_epoch", "leader_epoch_start_offset", "partition_epoch", "replicas", "isr",
+             "adding_replicas")
 
 PARTITION_STATE_SCHEMA = StructType([
     *[PARTITIONS_SCHEMA[name] for name in PARTITION_KEY],

@@ -18,13 +18,14 @@ from pyspark.accumulators import Accumulator, AccumulatorParam
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from pipeline.control import partition_health
 from pipeline.control.fetch_round import RoundContext, fetch_round_and_sessions
 from pipeline.acks import STATUS_ACKED, STATUS_ERROR, STATUS_PENDING
 from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REQUEST_SUMMARY_SCHEMA, SESSION_ARRAYS, padded
 from pipeline.errors import ErrorCode
 from pipeline.producer_state import check_producer_sequences, producer_batches, retained_batches
 from pipeline.replication import producer_fields_agree, record_size, validate_produce_requests
-from pipeline.schemas import NO_LEADER, REPLICA_KEY
+from pipeline.schemas import REPLICA_KEY
 from pipeline.runtime import without_size_estimate
 from pipeline.storage import current_rows
 
@@ -56,6 +57,7 @@ def partition_state_from_tables(partitions_df: DataFrame, replica_state_df: Data
     return joined.select(
         "topic", "partition", fetcher_bucket(F.col("topic"), F.col("partition"), fetchers).alias("bucket"),
         "leader", "leader_epoch", "leader_epoch_start_offset", "partition_epoch", "replicas", "isr",
+        F.coalesce(F.col("adding_replicas"), F.array().cast("array<int>")).alias("adding_replicas"),
         F.coalesce(leader_hw, F.lit(0)).cast("long").alias("high_watermark"),
         (F.col("min_isr") if min_isr is None else F.lit(min_isr)).cast("int").alias("min_isr"),
         (F.col("lag_time_max_ms") if lag_time_max_ms is None else F.lit(lag_time_max_ms)).cast("long")
@@ -140,7 +142,8 @@ def producer_checks(inbox_df: DataFrame, state_df: DataFrame, topic_checks: Data
     round; `topic_checks`: topic, message_max_bytes, compact."""
     idempotent = inbox_df.filter(F.col("producer_id").isNotNull()).select(*_PART).distinct()
     rows = inbox_df.join(idempotent, on=_PART, how="left_semi")
-    meta = state_df.select("topic", "partition", "leader", "leader_epoch", "isr", "min_isr").join(
+    meta = state_df.select("topic", "partition", "leader", "leader_epoch", "isr",
+                           F.expr(partition_health.SQL["effective_min_isr"]).alias("min_isr")).join(
         topic_checks.select("topic", "message_max_bytes", "compact"), on="topic")
     checked = validate_produce_requests(rows, meta).filter(F.col("error_code").isNull()
                                                            & F.col("producer_id").isNotNull())
@@ -223,12 +226,14 @@ def _bucket_figures(out: pa.Table, ctx: RoundContext) -> dict:
 
 
 def partition_gauges(out: pa.Table, ctx: RoundContext) -> dict:
-    """Kafka's partition gauges over partition rows after a round: under-replicated (ISR smaller
-    than the replicas), under and at min ISR, offline (no leader); and the largest follower lag
-    behind its leader's LEO (the leaders with a follower behind: `lagging_leaders`)."""
+    """Kafka's partition gauges over partition rows after a round (control/partition_health.py:
+    under-replicated, under and at min ISR, offline); and the largest follower lag behind its
+    leader's LEO (the leaders with a follower behind: `lagging_leaders`)."""
+    def sizes(column: str) -> np.ndarray:
+        return pc.list_value_length(out.column(column)).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+
     replicas = out.column("replicas")
-    rf = pc.list_value_length(replicas).to_numpy(zero_copy_only=False).astype(np.int64)
-    isr = pc.list_value_length(out.column("isr")).to_numpy(zero_copy_only=False).astype(np.int64)
+    rf, isr = sizes("replicas"), sizes("isr")
     min_isr = out.column("min_isr").to_numpy(zero_copy_only=False).astype(np.int64)
     leader = out.column("leader").to_numpy(zero_copy_only=False).astype(np.int64)
     width = max(int(rf.max()) if len(rf) else 1, 1)
@@ -241,8 +246,7 @@ def partition_gauges(out: pa.Table, ctx: RoundContext) -> dict:
     lag = np.where(followers, np.where(is_leader, leo, 0).sum(axis=1)[:, None] - leo, 0)
     behind = (lag > 0).any(axis=1)
     return {"lagging_leaders": set(leader[behind].tolist()),
-            "under_replicated_partitions": int((isr < rf).sum()), "under_min_isr_partitions": int((isr < min_isr).sum()),
-            "at_min_isr_partitions": int((isr == min_isr).sum()), "offline_partitions": int((leader == NO_LEADER).sum()),
+            **partition_health.gauges(isr, rf, sizes("adding_replicas"), min_isr, leader),
             "max_lag": int(lag.max()) if lag.size else 0}
 
 

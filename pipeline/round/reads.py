@@ -10,11 +10,11 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import MapType, StringType
 
 from pipeline import acks as acks_rules
 from pipeline import fetch_session as sessions
 from pipeline import log_start
+from pipeline.control.topic_config import effective_setting_sql
 from pipeline.round.inputs import REQUEST_KEY, RoundInputs
 from pipeline.schemas import NO_LEADER, PARTITION_KEY
 from pipeline.storage import Storage, current_rows
@@ -22,10 +22,8 @@ from pipeline.storage import Storage, current_rows
 
 def partition_meta(storage: Storage, config: dict[str, Any]) -> DataFrame:
     """Partitions with each topic's effective config (overrides over the cluster's)."""
-    overrides = F.from_json(F.col("config"), MapType(StringType(), StringType()))
-
     def setting(key: str, cast: str) -> Any:
-        return F.coalesce(overrides.getItem(key), F.lit(str(config[key]).lower())).cast(cast)
+        return F.expr(effective_setting_sql(key, config[key])).cast(cast)
 
     policy = F.split(setting("cleanup.policy", "string"), ",")
     deletes, compact = F.array_contains(policy, "delete"), F.array_contains(policy, "compact")

@@ -139,7 +139,7 @@ def _topic_config(meta: DataFrame) -> DataFrame:
     """Each partition with its topic's effective min ISR, lag and checks (_TOPIC_CHECKS), of the
     partitions with their topic's settings (round._partition_meta)."""
     return meta.select(*PARTITION_KEY, "leader", "leader_epoch", "leader_epoch_start_offset", "partition_epoch",
-                       "replicas", "isr", "min_isr", "lag_time_max_ms", *_TOPIC_CHECKS[1:])
+                       "replicas", "isr", "adding_replicas", "min_isr", "lag_time_max_ms", *_TOPIC_CHECKS[1:])
 
 
 def _replica_state_rows(rows: DataFrame) -> DataFrame:

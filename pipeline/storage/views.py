@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from pipeline.control.topic_config import effective_setting_sql
 from pipeline.storage.locations import log_problem
 from pipeline.replication import RECORD_OVERHEAD_BYTES
 from pipeline.schemas import REPLICA_KEY
@@ -31,7 +32,7 @@ SELECT p.topic, p.partition, p.leader, p.leader_epoch, p.partition_epoch, p.repl
        s.high_watermark, s.log_end_offset, s.log_start_offset,
        coalesce(p.adding_replicas, array()) AS adding_replicas,
        coalesce(p.removing_replicas, array()) AS removing_replicas,
-       CAST(coalesce(get_json_object(t.config, "$['min.insync.replicas']"), '{min_isr_default}') AS INT) AS min_isr
+       CAST({effective_setting_sql("min.insync.replicas", min_isr_default, "t.config")} AS INT) AS min_isr
 FROM {_t(storage, 'partitions')} p
 JOIN {_t(storage, 'topics')} t ON t.topic = p.topic
 LEFT JOIN {_t(storage, 'replica_state')} s
