@@ -15,15 +15,10 @@ from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
 from pipeline.storage import Storage
 from tests.fs_faults import read_only
+from tests.helpers import advance_rounds
 
 START = 1_700_000_000_000
 SESSION_TIMEOUT_MS = 9000  # broker.session.timeout.ms, Kafka's default
-
-
-def _rounds(cluster, n=2, step=500):
-    for _ in range(n):
-        cluster.clock.advance(step)
-        cluster.run_round()
 
 
 def _three_disks(spark, tmp_path, **kwargs):
@@ -62,7 +57,7 @@ def _below_hw(cluster, broker):
 
 def _fail_over(cluster, victim):
     """Rounds until the controller has fenced the halted `victim` and moved its leaderships."""
-    _rounds(cluster, n=SESSION_TIMEOUT_MS // 1000 + 2, step=1000)
+    advance_rounds(cluster, None, SESSION_TIMEOUT_MS // 1000 + 2, step=1000)
     state = {r["broker"]: r for r in cluster.broker_states().collect()}[victim]
     assert state["state"] == "fenced" and state["log_dir_failure"] is not None
 
@@ -71,7 +66,7 @@ def _fail_over(cluster, victim):
 def test_a_broker_whose_whole_location_fails_loses_no_acknowledged_record(spark, tmp_path, failure):
     cluster, disks = _three_disks(spark, tmp_path)
     first = _produce(cluster, "a")
-    _rounds(cluster, 3)
+    advance_rounds(cluster, None, 3)
     assert all(_statuses(cluster)[(first, p)] == "acked" for p in range(3))
     before = _leaders(cluster)
     victim = 1
@@ -87,7 +82,7 @@ def test_a_broker_whose_whole_location_fails_loses_no_acknowledged_record(spark,
         read_only(location, True)
     try:
         second = _produce(cluster, "b")
-        _rounds(cluster, 1)  # the round halts the broker (and runs without it)
+        advance_rounds(cluster, None, 1)  # the round halts the broker (and runs without it)
         halted = {r["broker"]: r for r in cluster.broker_states().collect()}[victim]
         assert halted["state"] == "stopped"
         assert f"the log of broker {victim} at {disks[victim]}" in halted["log_dir_failure"]
@@ -98,7 +93,7 @@ def test_a_broker_whose_whole_location_fails_loses_no_acknowledged_record(spark,
             leader, isr = after[p]
             assert leader != victim and leader in before[p][1] and victim not in isr
         third = _produce(cluster, "c")
-        _rounds(cluster, 3)
+        advance_rounds(cluster, None, 3)
         statuses = _statuses(cluster)
         assert all(statuses[(req, p)] == "acked" for req in (first, third) for p in range(3))
         acked = {f"{tag}{i}" for tag, req in (("a", first), ("b", second), ("c", third))
@@ -115,7 +110,7 @@ def test_a_broker_whose_whole_location_fails_loses_no_acknowledged_record(spark,
     cluster.start_broker(victim)
     row = {r["broker"]: r for r in cluster.broker_states().collect()}[victim]
     assert row["log_dir_failure"] is None and row["log_lost"] == (failure == "deleted")
-    _rounds(cluster, 4)
+    advance_rounds(cluster, None, 4)
     leaders = _leaders(cluster)
     assert all(victim in isr for _, isr in leaders.values())  # back in every ISR
     for p, (leader, _) in leaders.items():
@@ -127,7 +122,7 @@ def test_a_broker_whose_whole_location_fails_loses_no_acknowledged_record(spark,
 def test_each_broker_has_its_location_on_record_and_a_reopened_cluster_uses_it(spark, tmp_path):
     cluster, disks = _three_disks(spark, tmp_path)
     _produce(cluster, "a")
-    _rounds(cluster, 3)
+    advance_rounds(cluster, None, 3)
     locations = {r["broker"]: r["location"] for r in cluster.broker_states().collect()}
     assert locations == disks
     reopened = Cluster.open(spark, str(tmp_path / "meta"), clock=cluster.clock)
@@ -146,7 +141,7 @@ def test_a_location_given_as_a_file_uri(spark, tmp_path):
                              config={"broker.2.log.dirs": uri})
     cluster.create_topic("t", partitions=1, replication_factor=3)
     cluster.produce("t", [{"value": "x", "partition": 0}], acks="all")
-    _rounds(cluster, 3)
+    advance_rounds(cluster, None, 3)
     assert cluster.storage.log_path(2) == f"file:{tmp_path}/remote/b2/log"
     assert os.path.isdir(tmp_path / "remote" / "b2" / "log" / "_delta_log")
     assert [r["value"].decode() for r in cluster.read("t", replica=2).collect()] == ["x"]
@@ -192,27 +187,27 @@ def test_a_location_holding_another_clusters_log_is_refused(spark, tmp_path):
 def test_a_log_replaced_by_another_clusters_halts_its_broker(spark, tmp_path):
     cluster, disks = _three_disks(spark, tmp_path)
     _produce(cluster, "a")
-    _rounds(cluster, 3)
+    advance_rounds(cluster, None, 3)
     stranger = Cluster.create(spark, str(tmp_path / "stranger"), brokers=1, clock=ManualClock(start_ms=START))
     shutil.rmtree(os.path.join(disks[2], "log"))
     shutil.copytree(stranger.storage.log_path(0), os.path.join(disks[2], "log"))
-    _rounds(cluster, 1)
+    advance_rounds(cluster, None, 1)
     row = {r["broker"]: r for r in cluster.broker_states().collect()}[2]
     assert row["state"] == "stopped"
     assert f"holds the log of broker 0 of cluster {stranger.storage.cluster_id}" in row["log_dir_failure"]
     cluster.start_broker(2)  # restarts empty: the stranger's log is replaced
     assert {r["broker"]: r for r in cluster.broker_states().collect()}[2]["log_lost"]
-    _rounds(cluster, 4)
+    advance_rounds(cluster, None, 4)
     assert _below_hw(cluster, 2) == _committed(cluster)
 
 
 def test_a_broker_whose_location_cannot_be_written_does_not_start(spark, tmp_path):
     cluster, disks = _three_disks(spark, tmp_path)
-    _rounds(cluster, 1)
+    advance_rounds(cluster, None, 1)
     location = tmp_path / "disk0"
     read_only(location, True)
     try:
-        _rounds(cluster, 1)  # (an idle round writes no log: the broker is halted by the check of the next write)
+        advance_rounds(cluster, None, 1)  # (an idle round writes no log: the broker is halted by the check of the next write)
         cluster.stop_broker(0)
         with pytest.raises(ReplogError) as err:
             cluster.start_broker(0)

@@ -9,19 +9,9 @@ import shutil
 from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
+from tests.helpers import advance_round, replica_log
 
 EPOCH_MS = 1_700_000_000_000
-
-
-def _round(cluster, clock, ms=500):
-    clock.advance(ms)
-    return cluster.run_round()
-
-
-def _log(cluster, topic, broker, isolation="read_uncommitted"):
-    return [(r["offset"], r["key"].decode() if r["key"] is not None else None,
-             r["value"].decode() if r["value"] is not None else None)
-            for r in cluster.read(topic, partition=0, replica=broker, isolation=isolation).orderBy("offset").collect()]
 
 
 def _records(df):
@@ -59,13 +49,13 @@ def test_compaction_keeps_the_last_value_of_every_key_on_every_replica(spark, tm
     first = cluster.produce("kv", [{"key": k, "value": v, "partition": 0} for k, v in writes], acks="all")
     keyless = cluster.produce("kv", [{"value": "no key", "partition": 0}], acks=1)
     cluster.produce("plain", [{"value": "old", "partition": 0}], acks=1)
-    _round(cluster, clock), _round(cluster, clock)
+    advance_round(cluster, clock), advance_round(cluster, clock)
     results = {r["request_id"]: r for r in cluster.produce_results().collect()}
     assert results[first]["status"] == "acked"
     # Kafka's LogValidator: a compacted topic refuses a record without a key
     assert (results[keyless]["status"], results[keyless]["error_code"]) == ("error", "INVALID_RECORD")
     written = [(o, k, v) for o, (k, v) in enumerate(writes)]
-    assert [_log(cluster, "kv", b) for b in range(3)] == [written] * 3
+    assert [replica_log(cluster, "kv", b, ("offset", "key", "value")) for b in range(3)] == [written] * 3
     # a consumer that keeps up with the head (Kafka's first guarantee) reads every record
     tail = _records(cluster.read_incremental("tail", "kv"))
 
@@ -74,9 +64,9 @@ def test_compaction_keeps_the_last_value_of_every_key_on_every_replica(spark, tm
     report = cluster.compact()
     assert (report.partitions_cleaned, report.replicas_cleaned, report.records_removed) == (1, 3, 9)
     survivors = [written[o] for o in (0, 4, 5, 6, 7, 8, 9)]
-    assert [_log(cluster, "kv", b) for b in range(3)] == [survivors] * 3
+    assert [replica_log(cluster, "kv", b, ("offset", "key", "value")) for b in range(3)] == [survivors] * 3
     # a reader from the start sees at least the final value of every key, in order, at its offset
-    committed = _log(cluster, "kv", 0, isolation="read_committed")
+    committed = replica_log(cluster, "kv", 0, ("offset", "key", "value"), isolation="read_committed")
     assert _final_values(committed) == _final_values(written)
     assert ("k3", None) in [(k, v) for _, k, v in committed]  # the delete is still visible
 
@@ -85,8 +75,8 @@ def test_compaction_keeps_the_last_value_of_every_key_on_every_replica(spark, tm
     shutil.rmtree(cluster.storage.log_path(2))
     cluster.start_broker(2)
     for _ in range(3):
-        _round(cluster, clock)
-    assert _log(cluster, "kv", 2) == survivors
+        advance_round(cluster, clock)
+    assert replica_log(cluster, "kv", 2, ("offset", "key", "value")) == survivors
     assert _state(cluster, "kv", 2)["log_end_offset"] == 10
     assert cluster.describe("kv").first()["isr"] == [0, 1, 2]
 
@@ -94,7 +84,7 @@ def test_compaction_keeps_the_last_value_of_every_key_on_every_replica(spark, tm
     # rounds but a compact-only topic keeps its log start (the delete topic loses its record)
     clock.advance(60_000)
     update = cluster.produce("kv", [{"key": "k1", "value": "v3", "partition": 0}], acks="all")
-    _round(cluster, clock), _round(cluster, clock)
+    advance_round(cluster, clock), advance_round(cluster, clock)
     assert cluster.produce_results().filter(F.col("request_id") == update).first()["status"] == "acked"
     tail += _records(cluster.read_incremental("tail", "kv"))
     assert tail == written + [(10, "k1", "v3")]
@@ -107,9 +97,9 @@ def test_compaction_keeps_the_last_value_of_every_key_on_every_replica(spark, tm
     # k4's v1 goes, and the tombstone: a clean passed it 60 s ago; k1's v2 stays (v3 is at the
     # first uncleanable offset)
     survivors = [written[o] for o in (0, 5, 6, 7, 9, 10)]
-    assert [_log(cluster, "kv", b) for b in range(3)] == [survivors] * 3
+    assert [replica_log(cluster, "kv", b, ("offset", "key", "value")) for b in range(3)] == [survivors] * 3
     final = _final_values(written)
-    assert {k: v for k, v in _final_values(_log(cluster, "kv", 1, "read_committed")).items()} == \
+    assert {k: v for k, v in _final_values(replica_log(cluster, "kv", 1, ("offset", "key", "value"), isolation="read_committed")).items()} == \
         {k: v for k, v in final.items() if v[1] is not None}  # only the deleted key is gone
     oldest_dirty = cluster.read("kv").filter("offset = 9").first()["timestamp"]
     metrics = _metrics(cluster)

@@ -9,16 +9,11 @@ from pipeline import Cluster, ManualClock
 from pipeline.cli import config_list
 from pipeline.config import validate_cluster_config, with_defaults
 from pipeline.errors import ReplogError
+from tests.helpers import advance_rounds
 
 
 def _error(cluster, request_id):
     return cluster.produce_results().filter(F.col("request_id") == request_id).first()["error_code"]
-
-
-def _rounds(cluster, clock, n=2):
-    for _ in range(n):
-        clock.advance(500)
-        cluster.run_round()
 
 
 def test_a_topic_override_and_a_broker_default_take_effect_at_the_next_round(spark, tmp_path):
@@ -29,19 +24,19 @@ def test_a_topic_override_and_a_broker_default_take_effect_at_the_next_round(spa
     job.create_topic("u", partitions=1, replication_factor=2)
     big = [{"value": "x" * 200}]
     accepted = job.produce("t", big)
-    _rounds(job, clock)
+    advance_rounds(job, clock, 2)
     assert _error(job, accepted) is None
 
     admin = Cluster.open(spark, root, clock=clock)  # another process: the job's object must notice
     assert admin.alter_configs("topics", "t", set={"message.max.bytes": "100"}) == {"message.max.bytes": 100}
     refused, other = job.produce("t", big), job.produce("u", big)
-    _rounds(job, clock)
+    advance_rounds(job, clock, 2)
     assert (_error(job, refused), _error(job, other)) == ("MESSAGE_TOO_LARGE", None)
 
     admin.alter_configs("brokers", set={"message.max.bytes": 150})
     assert job.config["message.max.bytes"] == 1048588
     refused_u = job.produce("u", big)
-    _rounds(job, clock)
+    advance_rounds(job, clock, 2)
     assert _error(job, refused_u) == "MESSAGE_TOO_LARGE" and job.config["message.max.bytes"] == 150
     assert admin.describe_configs("brokers")["message.max.bytes"] == 150
 
@@ -49,7 +44,7 @@ def test_a_topic_override_and_a_broker_default_take_effect_at_the_next_round(spa
     admin.alter_configs("brokers", delete=["message.max.bytes"])     # back to Kafka's default
     assert admin.describe_configs("topics", "t") == {}
     again = job.produce("t", big)
-    _rounds(job, clock)
+    advance_rounds(job, clock, 2)
     assert _error(job, again) is None
 
 

@@ -9,16 +9,11 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from pipeline.errors import ErrorCode, ReplogError
+from tests.helpers import advance_rounds
 
 
 def produce(cluster, topic, partition, values):
     cluster.produce(topic, [{"value": v, "partition": partition} for v in values], acks="all")
-
-
-def rounds(cluster, clock, n):
-    for _ in range(n):
-        clock.advance(500)
-        cluster.run_round()
 
 
 def rows(df):
@@ -43,7 +38,7 @@ def test_read_incremental_returns_only_new_committed_records_through_incremental
     cluster.create_topic("t", partitions=4, replication_factor=2)  # leaders 0, 1, 0, 1
     produce(cluster, "t", 0, ["a0", "a1"])
     produce(cluster, "t", 1, ["b0"])
-    rounds(cluster, clock, 2)
+    advance_rounds(cluster, clock, 2)
     assert committed(cluster, "t") == {0: 2, 1: 1, 2: 0, 3: 0}
 
     assert rows(cluster.read_incremental("c1", "t")) == [(0, 0, "a0"), (0, 1, "a1"), (1, 0, "b0")]
@@ -60,7 +55,7 @@ def test_read_incremental_returns_only_new_committed_records_through_incremental
 
     produce(cluster, "t", 2, ["c0", "c1"])
     produce(cluster, "t", 0, ["a2"])
-    rounds(cluster, clock, 2)
+    advance_rounds(cluster, clock, 2)
     assert rows(cluster.read_incremental("c1", "t")) == [(0, 2, "a2"), (2, 0, "c0"), (2, 1, "c1")]
     assert kinds(cluster, "c1") == [(0, "incremental", None), (1, "incremental", None)]
     assert carried(cluster, "c1") == {0: 2, 1: 0}  # partitions 0 and 2 (leader 0) changed, 1 and 3 not
@@ -69,7 +64,7 @@ def test_read_incremental_returns_only_new_committed_records_through_incremental
     assert len(rows(cluster.read_incremental("c2", "t"))) == 6
 
     # the consumers' sessions are unprivileged entries of the leaders' caches, next to the followers'
-    rounds(cluster, clock, 1)
+    advance_rounds(cluster, clock, 1)
     cache = {(s["leader"], s["fetcher"]): s["privileged"] for s in cluster.fetch_sessions().collect()}
     assert cache == {(0, "replica-1"): True, (1, "replica-0"): True, (0, "consumer-c1"): False,
                      (1, "consumer-c1"): False, (0, "consumer-c2"): False, (1, "consumer-c2"): False}
@@ -90,7 +85,7 @@ def test_followers_evict_consumer_sessions_and_nothing_is_lost_or_returned_twice
     clock.advance(500)
     first = cluster.run_round()  # each follower's new privileged session evicts the consumer's
     assert first.fetch_session_evictions == 2
-    rounds(cluster, clock, 1)
+    advance_rounds(cluster, clock, 1)
     assert committed(cluster, "t") == {0: 2, 1: 1}
 
     seen = rows(cluster.read_incremental("c", "t"))
@@ -102,7 +97,7 @@ def test_followers_evict_consumer_sessions_and_nothing_is_lost_or_returned_twice
     # a full fetch again; the privileged followers keep their slots, so no session (id 0)
     assert [(c.kind, c.session_id) for c in cluster.consumer_fetch_requests("c")] == [("full", 0), ("full", 0)]
     produce(cluster, "t", 1, ["y1"])
-    rounds(cluster, clock, 2)
+    advance_rounds(cluster, clock, 2)
     seen += rows(cluster.read_incremental("c", "t"))
     assert seen == [(0, 0, "x0"), (0, 1, "x1"), (1, 0, "y0"), (1, 1, "y1")]
 
@@ -126,7 +121,7 @@ def test_a_replayed_consumer_fetch_gets_invalid_fetch_session_epoch_and_nothing_
     cluster.create_topic("t", partitions=2, replication_factor=2)  # leaders 0, 1
     produce(cluster, "t", 0, ["a0"])
     produce(cluster, "t", 1, ["b0"])
-    rounds(cluster, clock, 2)
+    advance_rounds(cluster, clock, 2)
     seen = rows(cluster.read_incremental("c", "t"))
     seen += rows(cluster.read_incremental("c", "t"))  # incremental: epoch 2 used, the leaders expect 3
     # the consumer sends its last request to leader 0 again (its handle one epoch back)
@@ -135,7 +130,7 @@ def test_a_replayed_consumer_fetch_gets_invalid_fetch_session_epoch_and_nothing_
         {"epoch": F.col("epoch") - 1})
     produce(cluster, "t", 0, ["a1"])
     produce(cluster, "t", 1, ["b1"])
-    rounds(cluster, clock, 2)
+    advance_rounds(cluster, clock, 2)
     seen += rows(cluster.read_incremental("c", "t"))
     assert kinds(cluster, "c") == [(0, "error", ErrorCode.INVALID_FETCH_SESSION_EPOCH), (1, "incremental", None)]
     assert carried(cluster, "c") == {0: 0, 1: 1}  # the errored leader served nothing

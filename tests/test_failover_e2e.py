@@ -11,22 +11,9 @@ from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
+from tests.helpers import advance_round, partition_row, replica_log
 
 EPOCH_MS = 1_700_000_000_000
-
-
-def _round(cluster, clock, ms=500):
-    clock.advance(ms)
-    return cluster.run_round()
-
-
-def _partition(cluster, topic):
-    return cluster.describe(topic).filter(F.col("partition") == 0).first()
-
-
-def _log(cluster, topic, broker):
-    return [(r["offset"], r["leader_epoch"], r["value"].decode()) for r in
-            cluster.read(topic, partition=0, replica=broker, isolation="read_uncommitted").orderBy("offset").collect()]
 
 
 def _result(cluster, request_id):
@@ -38,32 +25,32 @@ def test_leader_crash_clean_election_restart_with_truncation_by_epoch_then_a_los
     cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=3, config={"min.insync.replicas": 2}, clock=clock)
     cluster.create_topic("t", partitions=1, replication_factor=3)
     committed = cluster.produce("t", [{"value": f"c{i}"} for i in range(3)], acks="all")
-    _round(cluster, clock), _round(cluster, clock)
+    advance_round(cluster, clock), advance_round(cluster, clock)
     assert _result(cluster, committed)["status"] == "acked"
-    assert _partition(cluster, "t")["leader"] == 0
+    assert partition_row(cluster, "t")["leader"] == 0
 
     # the followers stall; the leader takes two acks=1 records only it will ever have, then crashes
     cluster.pause_fetcher(1), cluster.pause_fetcher(2)
     leader_only = cluster.produce("t", [{"value": f"a{i}"} for i in range(2)], acks=1)
-    _round(cluster, clock)
+    advance_round(cluster, clock)
     cluster.stop_broker(0)
     cluster.resume_fetcher(1), cluster.resume_fetcher(2)
     last_heartbeat = clock.now_ms()
 
     # not fenced yet: still the leader in the metadata, but it answers nothing
     refused = cluster.produce("t", [{"value": "x"}], acks="all")
-    _round(cluster, clock)
-    p = _partition(cluster, "t")
+    advance_round(cluster, clock)
+    p = partition_row(cluster, "t")
     assert (p["leader"], p["leader_epoch"], p["isr"]) == (0, 0, [0, 1, 2])
     assert _result(cluster, refused)["error_code"] == "NOT_LEADER_OR_FOLLOWER"
     assert cluster.broker_states().filter("broker = 0").first()["state"] == "stopped"
 
     # the session ends 9000 ms after the last heartbeat: fenced, and broker 1 leads epoch 1 from its LEO 3
     clock.advance(last_heartbeat + 9000 - clock.now_ms())
-    _round(cluster, clock, ms=0)
-    assert _partition(cluster, "t")["leader"] == 0  # 9000 ms is still a valid session
-    _round(cluster, clock, ms=1)
-    p = _partition(cluster, "t")
+    advance_round(cluster, clock, ms=0)
+    assert partition_row(cluster, "t")["leader"] == 0  # 9000 ms is still a valid session
+    advance_round(cluster, clock, ms=1)
+    p = partition_row(cluster, "t")
     assert (p["leader"], p["leader_epoch"], p["partition_epoch"], p["isr"], p["high_watermark"]) == (1, 1, 1, [1, 2], 3)
     election = cluster.elections().first()
     assert (election["election"], election["previous_leader"], election["leader"], election["leader_epoch"],
@@ -81,7 +68,7 @@ def test_leader_crash_clean_election_restart_with_truncation_by_epoch_then_a_los
 
     # min ISR 2 holds with [1, 2]: the new leader takes and commits acks=all records in epoch 1
     after = cluster.produce("t", [{"value": f"n{i}"} for i in range(2)], acks="all")
-    _round(cluster, clock), _round(cluster, clock)
+    advance_round(cluster, clock), advance_round(cluster, clock)
     assert (_result(cluster, after)["status"], _result(cluster, after)["base_offset"]) == ("acked", 3)
 
     # the old leader restarts: its epoch-0 records at 3 and 4 diverge from the leader's epoch 1 at 3,
@@ -89,11 +76,11 @@ def test_leader_crash_clean_election_restart_with_truncation_by_epoch_then_a_los
     # where it would not) and fetches; it rejoins the ISR once at the HW
     cluster.start_broker(0)
     for _ in range(3):
-        _round(cluster, clock)
-    p = _partition(cluster, "t")
+        advance_round(cluster, clock)
+    p = partition_row(cluster, "t")
     assert (p["leader"], p["leader_epoch"], p["isr"], p["high_watermark"]) == (1, 1, [0, 1, 2], 5)
     expected = [(0, 0, "c0"), (1, 0, "c1"), (2, 0, "c2"), (3, 1, "n0"), (4, 1, "n1")]
-    assert [_log(cluster, "t", b) for b in range(3)] == [expected] * 3
+    assert [replica_log(cluster, "t", b, ("offset", "leader_epoch", "value")) for b in range(3)] == [expected] * 3
     # acks=1 is the leader's word alone: those two records died with it, as in Kafka
     assert _result(cluster, leader_only)["status"] == "acked"
     assert cluster.broker_states().filter("broker = 0").first()["state"] == "running"
@@ -101,10 +88,10 @@ def test_leader_crash_clean_election_restart_with_truncation_by_epoch_then_a_los
     # broker 2 crashes and its log directory is lost; acks=all goes on with [0, 1] once it is fenced
     cluster.stop_broker(2)
     shutil.rmtree(cluster.storage.log_path(2))
-    _round(cluster, clock, ms=9500)
-    assert _partition(cluster, "t")["isr"] == [0, 1]
+    advance_round(cluster, clock, ms=9500)
+    assert partition_row(cluster, "t")["isr"] == [0, 1]
     more = cluster.produce("t", [{"value": f"m{i}"} for i in range(2)], acks="all")
-    _round(cluster, clock), _round(cluster, clock)
+    advance_round(cluster, clock), advance_round(cluster, clock)
     assert (_result(cluster, more)["status"], _result(cluster, more)["base_offset"]) == ("acked", 5)
 
     # it restarts empty, out of the ISR, refetches everything from the log start and rejoins
@@ -112,11 +99,11 @@ def test_leader_crash_clean_election_restart_with_truncation_by_epoch_then_a_los
     assert cluster.broker_states().filter("broker = 2").first()["log_lost"]
     # its first fetch of the round, from offset 0, takes the whole log; its follow-up fetch, at the
     # HW, is where the leader adds it back (Kafka's expansion at every fetch)
-    _round(cluster, clock)
-    p = _partition(cluster, "t")
+    advance_round(cluster, clock)
+    p = partition_row(cluster, "t")
     assert (p["leader"], p["isr"], p["high_watermark"]) == (1, [0, 1, 2], 7)
     expected += [(5, 1, "m0"), (6, 1, "m1")]
-    assert [_log(cluster, "t", b) for b in range(3)] == [expected] * 3
+    assert [replica_log(cluster, "t", b, ("offset", "leader_epoch", "value")) for b in range(3)] == [expected] * 3
     assert not cluster.broker_states().filter("broker = 2").first()["log_lost"]
 
     # preferred leader election: broker 0, the first replica, in the ISR again, leads epoch 2; its
@@ -124,14 +111,14 @@ def test_leader_crash_clean_election_restart_with_truncation_by_epoch_then_a_los
     # round commits in it (the HW moves to 8 at once, not a round later)
     cluster.elect_preferred_leaders("t")
     final = cluster.produce("t", [{"value": "f0"}], acks="all")
-    _round(cluster, clock)
-    p = _partition(cluster, "t")
+    advance_round(cluster, clock)
+    p = partition_row(cluster, "t")
     assert (p["leader"], p["leader_epoch"], p["isr"], p["high_watermark"]) == (0, 2, [0, 1, 2], 8)
     assert [(r["election"], r["previous_leader"], r["leader"], r["start_offset"]) for r in
             cluster.elections().filter("election = 'preferred'").collect()] == [("preferred", 1, 0, 7)]
     assert (_result(cluster, final)["status"], _result(cluster, final)["base_offset"]) == ("acked", 7)
     expected.append((7, 2, "f0"))
-    assert [_log(cluster, "t", b) for b in range(3)] == [expected] * 3
+    assert [replica_log(cluster, "t", b, ("offset", "leader_epoch", "value")) for b in range(3)] == [expected] * 3
 
 
 def test_last_isr_member_crash_offline_unless_unclean_election_is_enabled(spark, tmp_path):
@@ -142,25 +129,25 @@ def test_last_isr_member_crash_offline_unless_unclean_election_is_enabled(spark,
     cluster.create_topic("pad", partitions=1, replication_factor=1)  # so that "risky" is led by broker 0 too
     cluster.create_topic("risky", partitions=1, replication_factor=2,
                          config={"unclean.leader.election.enable": "true"})
-    assert [_partition(cluster, t)["leader"] for t in ("safe", "risky")] == [0, 0]
+    assert [partition_row(cluster, t)["leader"] for t in ("safe", "risky")] == [0, 0]
     for topic in ("safe", "risky"):
         cluster.produce(topic, [{"value": f"r{i}"} for i in range(2)], acks="all")
-    _round(cluster, clock), _round(cluster, clock)
+    advance_round(cluster, clock), advance_round(cluster, clock)
 
     # broker 1 stops fetching and leaves both ISRs; the leader alone commits three more records
     cluster.pause_fetcher(1)
-    _round(cluster, clock, ms=1500)
+    advance_round(cluster, clock, ms=1500)
     for topic in ("safe", "risky"):
         cluster.produce(topic, [{"value": f"s{i}"} for i in range(3)], acks=1)
-    _round(cluster, clock)
-    assert [(_partition(cluster, t)["isr"], _partition(cluster, t)["high_watermark"]) for t in ("safe", "risky")] \
+    advance_round(cluster, clock)
+    assert [(partition_row(cluster, t)["isr"], partition_row(cluster, t)["high_watermark"]) for t in ("safe", "risky")] \
         == [([0], 5), ([0], 5)]
 
     # the leader crashes and is fenced; broker 1 is alive and fetching again, but out of sync
     cluster.stop_broker(0)
     cluster.resume_fetcher(1)
-    report = _round(cluster, clock, ms=9500)
-    safe, risky = _partition(cluster, "safe"), _partition(cluster, "risky")
+    report = advance_round(cluster, clock, ms=9500)
+    safe, risky = partition_row(cluster, "safe"), partition_row(cluster, "risky")
     # no live ISR member: offline, the ISR keeps its last member (no committed record is elsewhere)
     assert (safe["leader"], safe["leader_epoch"], safe["isr"]) == (-1, 1, [0])
     # unclean: broker 1 leads from its LEO 2, and the 3 committed offsets it lacks are lost, on record
@@ -172,19 +159,19 @@ def test_last_isr_member_crash_offline_unless_unclean_election_is_enabled(spark,
     assert report.offline_partitions == 1
     assert cluster.metrics().filter("name = 'OfflinePartitionsCount'").first()["value"] == 1
     refused = cluster.produce("safe", [{"value": "x"}], acks=1)
-    _round(cluster, clock)
+    advance_round(cluster, clock)
     assert _result(cluster, refused)["error_code"] == "NOT_LEADER_OR_FOLLOWER"
 
     # broker 0 returns: "safe" is led by it again (epoch 2: fenced, then unfenced); on "risky" it
     # follows broker 1 and truncates its epoch-0 suffix at 2, where broker 1's epoch 1 starts
     cluster.start_broker(0)
-    _round(cluster, clock), _round(cluster, clock)
-    safe, risky = _partition(cluster, "safe"), _partition(cluster, "risky")
+    advance_round(cluster, clock), advance_round(cluster, clock)
+    safe, risky = partition_row(cluster, "safe"), partition_row(cluster, "risky")
     assert (safe["leader"], safe["leader_epoch"], safe["high_watermark"]) == (0, 2, 5)
     assert (risky["leader"], risky["leader_epoch"]) == (1, 1)
-    assert [v for _, _, v in _log(cluster, "safe", 0)] == ["r0", "r1", "s0", "s1", "s2"]
-    assert _log(cluster, "risky", 0) == [(0, 0, "r0"), (1, 0, "r1")]
-    assert _log(cluster, "risky", 1) == [(0, 0, "r0"), (1, 0, "r1")]
+    assert [v for _, _, v in replica_log(cluster, "safe", 0, ("offset", "leader_epoch", "value"))] == ["r0", "r1", "s0", "s1", "s2"]
+    assert replica_log(cluster, "risky", 0, ("offset", "leader_epoch", "value")) == [(0, 0, "r0"), (1, 0, "r1")]
+    assert replica_log(cluster, "risky", 1, ("offset", "leader_epoch", "value")) == [(0, 0, "r0"), (1, 0, "r1")]
     assert cluster.describe().filter("leader = -1").count() == 0
 
 
@@ -196,8 +183,8 @@ def test_a_broker_that_crashes_again_while_starting_keeps_its_lost_log_on_record
     cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=3, clock=clock)
     cluster.create_topic("t", partitions=1, replication_factor=3, config={"min.insync.replicas": "2"})
     request = cluster.produce("t", [{"value": f"c{i}"} for i in range(3)], acks="all")
-    _round(cluster, clock)
-    assert (_result(cluster, request)["status"], _partition(cluster, "t")["high_watermark"]) == ("acked", 3)
+    advance_round(cluster, clock)
+    assert (_result(cluster, request)["status"], partition_row(cluster, "t")["high_watermark"]) == ("acked", 3)
 
     def broker_2():
         row = cluster.broker_states().filter("broker = 2").first()
@@ -217,9 +204,9 @@ def test_a_broker_that_crashes_again_while_starting_keeps_its_lost_log_on_record
     # still in the ISR when it restarted (never fenced): the controller takes the empty replica out
     # (a partition epoch); its first fetch takes the whole log, and the leader adds it back at the
     # follow-up fetch (Kafka's expansion at every fetch: another partition epoch)
-    report = _round(cluster, clock)
-    p = _partition(cluster, "t")
+    report = advance_round(cluster, clock)
+    p = partition_row(cluster, "t")
     assert (report.isr_expands, p["partition_epoch"]) == (1, 2)
     assert (p["isr"], p["high_watermark"], broker_2()) == ([0, 1, 2], 3, ("running", False))
     expected = [(i, 0, f"c{i}") for i in range(3)]
-    assert [_log(cluster, "t", b) for b in range(3)] == [expected] * 3
+    assert [replica_log(cluster, "t", b, ("offset", "leader_epoch", "value")) for b in range(3)] == [expected] * 3

@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
 from pipeline.errors import ErrorCode
+from tests.helpers import advance_rounds
 
 
 def logs_by_replica(cluster, topic):
@@ -48,23 +49,15 @@ def clock():
     return ManualClock(start_ms=0)
 
 
-def rounds(cluster, clock, n, step=500):
-    out = []
-    for _ in range(n):
-        clock.advance(step)
-        out.append(cluster.run_round())
-    return out
-
-
 def test_incremental_rounds_carry_only_what_changed_and_full_rounds_carry_everything(spark, tmp_path, clock):
     reports, clusters = {}, {}
     for mode, n in (("full", 2), ("incremental", 3)):  # the views follow the last cluster created
         cluster = Cluster.create(spark, str(tmp_path / mode), brokers=3, clock=clock,
                                  config={"replication.fetch.mode": mode})
         cluster.create_topic("t", partitions=8, replication_factor=3)
-        first = rounds(cluster, clock, 1)
+        first = advance_rounds(cluster, clock, 1)
         cluster.produce("t", [{"value": f"a{p}", "partition": p} for p in (1, 6)], acks="all")
-        reports[mode] = first + rounds(cluster, clock, n)
+        reports[mode] = first + advance_rounds(cluster, clock, n)
         assert_replicated_once(cluster, "t", [b"a1", b"a6"])
         assert cluster.read("t").count() == 2
         clusters[mode] = cluster
@@ -108,25 +101,25 @@ def test_eviction_of_a_stale_session_and_fetch_session_id_not_found_lose_nothing
     cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=3, clock=clock,
                              config={"max.incremental.fetch.session.cache.slots": 1})
     cluster.create_topic("t", partitions=3, replication_factor=3)
-    rounds(cluster, clock, 1)  # t = 500: every session opened
+    advance_rounds(cluster, clock, 1)  # t = 500: every session opened
     # one slot per leader: the first fetcher by name gets it, the other fetches in full every round
     assert owners(cluster) == {(0, "replica-1"), (1, "replica-0"), (2, "replica-0")}
     cluster.pause_fetcher(1)  # replica-1 stops using its session on leader 0
     values = [f"v{p}".encode() for p in range(3)]
     cluster.produce("t", [{"value": v, "partition": p} for p, v in enumerate(values)], acks=1)
-    report = rounds(cluster, clock, 1, step=120_001)[0]  # t = 120501: stale; replica-2's full fetch evicts it
+    report = advance_rounds(cluster, clock, 1, step=120_001)[0]  # t = 120501: stale; replica-2's full fetch evicts it
     assert report.fetch_session_evictions >= 1 and (0, "replica-2") in owners(cluster)
     assert (0, "replica-1") not in owners(cluster)
     cluster.resume_fetcher(1)
-    rounds(cluster, clock, 1)
+    advance_rounds(cluster, clock, 1)
     # (sessions older than 120 s may also be evicted by an equal-sized newcomer, depending on the
     # sign of their random ids, as in Kafka: the assertions do not depend on it)
     errors = {(c.fetcher, c.leader): c.error_code for c in cluster.fetch_requests() if c.kind == "error"}
     assert errors[("replica-1", 0)] == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
-    rounds(cluster, clock, 1)
+    advance_rounds(cluster, clock, 1)
     retry = [c for c in cluster.fetch_requests() if (c.fetcher, c.leader) == ("replica-1", 0)]
     assert [(c.kind, c.session_id) for c in retry] == [("full", 0)]  # no room: a full fetch, no session
-    rounds(cluster, clock, 2)
+    advance_rounds(cluster, clock, 2)
     assert_replicated_once(cluster, "t", values)
     assert {tuple(r["isr"]) for r in cluster.describe("t").collect()} == {(0, 1, 2), (1, 2, 0), (2, 0, 1)}
 
@@ -140,7 +133,7 @@ def test_fifty_partitions_with_data_and_a_limit_that_fits_ten_are_served_ten_a_f
     led_by_0 = sorted(r["partition"] for r in cluster.describe("t").collect() if r["leader"] == 0)[:50]
     cluster.produce("t", [{"value": f"{p:010d}", "partition": p} for p in led_by_0], acks=1)
     # each round: the fetch takes ten, and the follow-up (the pair received records) ten more
-    replicated = [r.records_replicated for r in rounds(cluster, clock, 4)]
+    replicated = [r.records_replicated for r in advance_rounds(cluster, clock, 4)]
     assert replicated == [20, 20, 10, 0]
     assert_replicated_once(cluster, "t", [f"{p:010d}".encode() for p in led_by_0])
 
@@ -156,7 +149,7 @@ def test_partitions_that_returned_records_go_to_the_back_so_none_starves(spark, 
     for i in range(2):
         # the first ten partitions (by number) get a new record every round
         cluster.produce("t", [{"value": f"b{i}{p:08d}", "partition": p} for p in busy], acks=1)
-        rounds(cluster, clock, 1)
+        advance_rounds(cluster, clock, 1)
     follower_leo = {r["partition"]: r["log_end_offset"] for r in cluster.replicas("t").collect()
                     if not r["is_leader"] and r["partition"] in quiet}
     # round 1: the fetch served the busy partitions, its follow-up the first ten quiet ones; round
@@ -183,11 +176,11 @@ def test_a_replayed_fetch_gets_invalid_fetch_session_epoch_and_a_new_session_los
     cluster = Cluster.create(spark, root, brokers=3, clock=clock)
     cluster.create_topic("t", partitions=3, replication_factor=3)  # leaders 0, 1, 2
     cluster.produce("t", [{"value": "a", "partition": 0}], acks="all")
-    rounds(cluster, clock, 3)  # sessions opened, then incremental
+    advance_rounds(cluster, clock, 3)  # sessions opened, then incremental
     old_id = _replay_last_request(cluster, "replica-1", 0)
     cluster = Cluster.open(spark, root, clock=clock)
     cluster.produce("t", [{"value": "b", "partition": 0}, {"value": "c", "partition": 1}], acks="all")
-    first = rounds(cluster, clock, 1)[0]
+    first = advance_rounds(cluster, clock, 1)[0]
     pairs = {(c.fetcher, c.leader): c for c in cluster.fetch_requests()}
     assert (pairs[("replica-1", 0)].kind, pairs[("replica-1", 0)].error_code, pairs[("replica-1", 0)].session_id) == \
         ("error", ErrorCode.INVALID_FETCH_SESSION_EPOCH, old_id)
@@ -195,14 +188,14 @@ def test_a_replayed_fetch_gets_invalid_fetch_session_epoch_and_a_new_session_los
     # the errored fetch carried nothing: partition 0's HW waits for replica-1 (in the ISR)
     assert {r["partition"]: r["high_watermark"] for r in cluster.describe("t").collect()}[0] == 1
     assert first.records_replicated == 3  # b to replica-2; c to both of partition 1's followers
-    rounds(cluster, clock, 1)
+    advance_rounds(cluster, clock, 1)
     retry = {(c.fetcher, c.leader): c for c in cluster.fetch_requests()}
     # the fetcher fell back to a full fetch that opened a new session (the old one is closed)
     assert retry[("replica-1", 0)].kind == "full"
     assert retry[("replica-1", 0)].session_id not in (0, old_id)
     sessions_of_0 = {s["fetcher"]: s["session_id"] for s in cluster.fetch_sessions().collect() if s["leader"] == 0}
     assert sessions_of_0["replica-1"] == retry[("replica-1", 0)].session_id
-    rounds(cluster, clock, 2)
+    advance_rounds(cluster, clock, 2)
     assert {c.kind for c in cluster.fetch_requests()} == {"incremental"}
     assert_replicated_once(cluster, "t", [b"a", b"b", b"c"])
     assert sorted((r["partition"], r["high_watermark"]) for r in cluster.describe("t").collect()) == \
@@ -216,13 +209,13 @@ def test_the_follow_up_fetch_carries_what_the_first_response_had_no_room_for_and
     cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=2, clock=clock,
                              config={"replica.fetch.response.max.bytes": 5 * size})
     cluster.create_topic("t", partitions=4, replication_factor=2)
-    first = rounds(cluster, clock, 2)[-1]  # sessions opened: the second round's fetches are incremental
+    first = advance_rounds(cluster, clock, 2)[-1]  # sessions opened: the second round's fetches are incremental
     a, b = sorted(r["partition"] for r in cluster.describe("t").collect() if r["leader"] == 0)[:2]
     # a's records in two requests (two record batches: a response takes whole batches), b's in one
     request = cluster.produce("t", [{"value": f"{p}{i:09d}", "partition": p} for p in (a, b) for i in range(5)],
                               acks="all")
     cluster.produce("t", [{"value": f"{a}{i:09d}", "partition": a} for i in range(5, 7)], acks="all")
-    one = rounds(cluster, clock, 1)[0]
+    one = advance_rounds(cluster, clock, 1)[0]
     # the fetch takes five of a's seven records (the response's limit); the follow-up fetch, at a's
     # new offset 5, moves a's HW to 5 and carries b's five records, ahead of a's last two (a
     # returned records, so it goes to the back); b's HW waits for the follower's next fetch
@@ -240,7 +233,7 @@ def test_the_follow_up_fetch_carries_what_the_first_response_had_no_room_for_and
     # its response a (records); the follow-up's request a (its fetch offset moved), its response a
     # (the HW moved) and b (records)
     assert counts(first) == (0, 0) and counts(one) == (1, 3)
-    two = rounds(cluster, clock, 1)[0]
+    two = advance_rounds(cluster, clock, 1)[0]
     assert two.records_replicated == 2
     assert {r["status"] for r in cluster.produce_results().filter(F.col("request_id") == request).collect()} == {"acked"}
     assert {r["partition"]: r["high_watermark"] for r in cluster.describe("t").collect() if r["partition"] in (a, b)} \

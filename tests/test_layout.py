@@ -10,15 +10,11 @@ from pyspark.sql import functions as F
 
 from pipeline import Cluster
 from pipeline.storage import LAYOUT, LAYOUT_PROPERTY
+from tests.helpers import advance_round
 
 
 def _committed_values(cluster):
     return sorted(r["value"] for r in cluster.read("orders").select(F.col("value").cast("string").alias("value")).collect())
-
-
-def _round(cluster, clock):
-    clock.advance(500)
-    return cluster.run_round()
 
 
 def _without_column(spark, path, column):
@@ -33,7 +29,7 @@ def test_an_old_root_gets_the_tables_and_columns_it_lacks_once_and_keeps_its_dat
     assert storage.layout() == LAYOUT  # a new root says its layout
     cluster.create_topic("orders", partitions=2, replication_factor=3)
     first = cluster.produce("orders", [{"value": "a", "partition": 0}, {"value": "b", "partition": 1}], acks="all")
-    _round(cluster, clock)
+    advance_round(cluster, clock)
     # what a root of a release before client quotas, the controller's elections and the layout
     # property looks like: no such tables, no throttle_time_ms in results, no property
     spark.sql(f"ALTER TABLE delta.`{storage.path('cluster')}` UNSET TBLPROPERTIES ('{LAYOUT_PROPERTY}')")
@@ -49,7 +45,7 @@ def test_an_old_root_gets_the_tables_and_columns_it_lacks_once_and_keeps_its_dat
     assert "throttle_time_ms" in storage.read("results").columns
     assert storage.upgrade() == {}  # once: nothing is left to add
     second = reopened.produce("orders", [{"value": "c", "partition": 0}], acks="all")
-    _round(reopened, clock)
+    advance_round(reopened, clock)
     results = {r["request_id"]: (r["status"], r["throttle_time_ms"]) for r in reopened.produce_results().collect()}
     assert results == {first: ("acked", 0), second: ("acked", 0)}
     old_rows = storage.read("results").filter(F.col("request_id") == first).select("throttle_time_ms").collect()
@@ -113,7 +109,7 @@ def test_a_root_of_layout_1_gets_statistics_on_the_columns_reads_skip_by_and_kee
     assert [_stats_setting(spark, p) for p in logs + tables] == expected
     cluster.create_topic("orders", partitions=1, replication_factor=3)
     cluster.produce("orders", [{"value": "a", "partition": 0}], acks="all")
-    _round(cluster, clock)
+    advance_round(cluster, clock)
     # a root of layout 1: Delta's default statistics
     for path in logs:
         spark.sql(f"ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('{LOG_STATS}')")
@@ -128,7 +124,7 @@ def test_a_root_of_layout_1_gets_statistics_on_the_columns_reads_skip_by_and_kee
 
     reopened = Cluster.open(spark, storage.root, clock=clock)
     reopened.produce("orders", [{"value": "b", "partition": 0}], acks="all")
-    _round(reopened, clock)
+    advance_round(reopened, clock)
     assert _committed_values(reopened) == ["a", "b"]
     # offsets and timestamps still have statistics: a read of one skips the file of the other
     log = spark.read.format("delta").load(logs[0])

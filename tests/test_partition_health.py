@@ -12,7 +12,7 @@ import argparse
 import numpy as np
 
 from jobs import check_health
-from pipeline.cli import _FILTERS, _describe_lines
+from pipeline.cli import FILTERS, describe_lines
 from pipeline.control import partition_health
 
 A = np.array
@@ -37,11 +37,11 @@ def _readers(spark, cluster, report, capsys) -> dict:
     the health check's summary."""
     sql = spark.sql("SELECT " + ", ".join(f"count_if({partition_health.SQL[n]}) AS {n}" for n in (
         "under_replicated", "under_min_isr", "at_min_isr", "offline")) + " FROM replog.partitions").first()
-    flags = {flag: False for flag in _FILTERS}
+    flags = {flag: False for flag in FILTERS}
 
     def cli(flag: str) -> int:
         args = argparse.Namespace(topic=None, **{**flags, flag: True})
-        return len(list(_describe_lines(cluster, args)))
+        return len(list(describe_lines(cluster, args)))
 
     capsys.readouterr()
     check_health.main(["--root", cluster.storage.root, "--show", "0"])

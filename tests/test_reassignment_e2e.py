@@ -8,22 +8,9 @@ from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
+from tests.helpers import advance_round, partition_row, replica_log
 
 EPOCH_MS = 1_700_000_000_000
-
-
-def _round(cluster, clock, ms=500):
-    clock.advance(ms)
-    return cluster.run_round()
-
-
-def _partition(cluster, topic, partition=0):
-    return cluster.describe(topic).filter(F.col("partition") == partition).first()
-
-
-def _log(cluster, topic, broker, partition=0):
-    return [(r["offset"], r["value"]) for r in cluster.read(
-        topic, partition=partition, replica=broker, isolation="read_uncommitted").orderBy("offset").collect()]
 
 
 def _statuses(cluster, request_ids):
@@ -35,17 +22,17 @@ def test_raising_the_replication_factor_while_producing_with_acks_all(spark, tmp
     clock = ManualClock(start_ms=EPOCH_MS)
     cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=3, config={"min.insync.replicas": 2}, clock=clock)
     cluster.create_topic("t", partitions=2, replication_factor=2)
-    before = _partition(cluster, "t")
+    before = partition_row(cluster, "t")
     old, new = list(before["replicas"]), next(b for b in range(3) if b not in before["replicas"])
     requests = [cluster.produce("t", [{"value": f"a{i}", "partition": 0} for i in range(5)], acks="all")]
-    _round(cluster, clock), _round(cluster, clock)
+    advance_round(cluster, clock), advance_round(cluster, clock)
     cluster.delete_records("t", 0, 2)  # the new replica starts from the leader's log start offset
-    _round(cluster, clock)
+    advance_round(cluster, clock)
 
     cluster.reassign_partitions({("t", 0): old + [new]})
     requests.append(cluster.produce("t", [{"value": f"b{i}", "partition": 0} for i in range(3)], acks="all"))
-    _round(cluster, clock)
-    p = _partition(cluster, "t")
+    advance_round(cluster, clock)
+    p = partition_row(cluster, "t")
     assert (p["replicas"], p["isr"], p["adding_replicas"], p["removing_replicas"]) == (old + [new], old, [new], [])
     assert p["partition_epoch"] == before["partition_epoch"] + 1 and p["leader_epoch"] == before["leader_epoch"]
     progress = cluster.reassignments().collect()
@@ -58,31 +45,31 @@ def test_raising_the_replication_factor_while_producing_with_acks_all(spark, tmp
 
     for _ in range(6):
         requests.append(cluster.produce("t", [{"value": f"c{clock.now_ms()}", "partition": 0}], acks="all"))
-        _round(cluster, clock)
-    _round(cluster, clock), _round(cluster, clock)
-    p = _partition(cluster, "t")
+        advance_round(cluster, clock)
+    advance_round(cluster, clock), advance_round(cluster, clock)
+    p = partition_row(cluster, "t")
     assert (p["replicas"], p["isr"], p["adding_replicas"]) == (old + [new], old + [new], [])
     assert p["leader_epoch"] == before["leader_epoch"] + 1  # completing bumps the leader epoch (KIP-455)
     assert cluster.reassignments().count() == 0
     assert _statuses(cluster, requests) == ["acked"]
-    leader_log = _log(cluster, "t", p["leader"])
-    assert leader_log[0][0] == 2 and _log(cluster, "t", new) == leader_log
+    leader_log = replica_log(cluster, "t", p["leader"])
+    assert leader_log[0][0] == 2 and replica_log(cluster, "t", new) == leader_log
     assert cluster.rounds().orderBy(F.col("round_id").desc()).first()["under_replicated_partitions"] == 0
 
     # a failover to the new replica: the other two crash, it is the last live ISR member
     for b in old:
         cluster.stop_broker(b)
     clock.advance(10_000)
-    _round(cluster, clock), _round(cluster, clock)
-    p = _partition(cluster, "t")
+    advance_round(cluster, clock), advance_round(cluster, clock)
+    p = partition_row(cluster, "t")
     assert (p["leader"], p["isr"]) == (new, [new])
-    assert [v for _, v in _log(cluster, "t", new)] == [v for _, v in leader_log]
+    assert [v for _, v in replica_log(cluster, "t", new)] == [v for _, v in leader_log]
     served = cluster.read("t", partition=0).orderBy("offset").collect()
     assert [r["offset"] for r in served] == [o for o, _ in leader_log]
     late = cluster.produce("t", [{"value": "after", "partition": 0}], acks=1)
-    _round(cluster, clock)
+    advance_round(cluster, clock)
     assert _statuses(cluster, [late]) == ["acked"]
-    assert _log(cluster, "t", new)[-1] == (leader_log[-1][0] + 1, b"after")
+    assert replica_log(cluster, "t", new)[-1] == (leader_log[-1][0] + 1, "after")
 
 
 def test_decommissioning_a_broker_moves_every_replica_off_it(spark, tmp_path):
@@ -99,19 +86,19 @@ def test_decommissioning_a_broker_moves_every_replica_off_it(spark, tmp_path):
     assert cluster.add_broker() == 3
     assert spark.sql("SELECT count(*) AS n FROM replog.brokers").first()["n"] == 4
     ids = [cluster.produce(t, [{"value": f"{t}{i}"} for i in range(6)], acks="all") for t in ("t", "u")]
-    _round(cluster, clock), _round(cluster, clock)
+    advance_round(cluster, clock), advance_round(cluster, clock)
     committed = {t: sorted(r["value"] for r in cluster.read(t).collect()) for t in ("t", "u")}
     hosted = [r for r in cluster.replicas().collect() if r["broker"] == 0]
     plan = cluster.decommission_broker(0)
     assert sorted(plan) == sorted((r["topic"], r["partition"]) for r in hosted)
-    assert all(0 not in target and len(target) == len(_partition(cluster, t, p)["replicas"])
+    assert all(0 not in target and len(target) == len(partition_row(cluster, t, p)["replicas"])
                for (t, p), target in plan.items())
     with pytest.raises(ReplogError) as taken:  # no new replica goes to a broker being decommissioned
         cluster.reassign_partitions({("t", 0): [0, 1]})
     assert taken.value.code == "INVALID_REPLICA_ASSIGNMENT"
     ids.append(cluster.produce("t", [{"value": "during"}], acks="all"))
     for _ in range(8):
-        _round(cluster, clock)
+        advance_round(cluster, clock)
         if cluster.reassignments().count() == 0:
             break
     assert cluster.reassignments().count() == 0

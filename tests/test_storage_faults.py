@@ -17,14 +17,9 @@ from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
 from pipeline.storage import is_concurrent_conflict
 from tests.fs_faults import read_only
+from tests.helpers import advance_rounds
 
 START = 1_700_000_000_000
-
-
-def _rounds(cluster, clock, n=2):
-    for _ in range(n):
-        clock.advance(500)
-        cluster.run_round()
 
 
 def _values(cluster, broker):
@@ -43,7 +38,7 @@ def setup(spark, tmp_path_factory):
     cluster = Cluster.create(spark, root, brokers=3, clock=clock, config={"min.insync.replicas": 2})
     cluster.create_topic("t", partitions=2, replication_factor=3)
     cluster.produce("t", [{"value": f"a{i}", "partition": i % 2} for i in range(4)], acks="all")
-    _rounds(cluster, clock)
+    advance_rounds(cluster, clock, 2)
     return cluster, clock
 
 
@@ -90,7 +85,7 @@ def test_a_broken_log_of_a_running_broker_halts_it_and_the_round_goes_on(spark, 
     if damage != "not a delta table":
         return  # the remedy is the same for each; it runs once
     other.start_broker(1)
-    _rounds(other, other.clock, 3)
+    advance_rounds(other, other.clock, 3)
     assert _values(other, 1) == _values(other, 0) == sorted(committed + [(0, 2, "b0")])
 
 
@@ -111,7 +106,7 @@ def test_a_write_that_fails_mid_round_then_heals_loses_and_doubles_nothing(spark
     with pytest.raises(OSError, match="No space left"):
         other.run_round()
     other.storage.after_commit = None  # the disk has room again
-    _rounds(other, other.clock, 3)
+    advance_rounds(other, other.clock, 3)
     statuses = _statuses(other)
     assert [statuses[r] for r in requests] == ["acked", "acked"]
     expected = sorted(_values(cluster, 0) + [(0, 2, "c0"), (1, 2, "c1")])
@@ -139,7 +134,7 @@ def test_two_producers_writing_the_inbox_at_once_lose_nothing(spark, setup, tmp_
     for t in threads:
         t.join()
     assert not errors
-    _rounds(replicator, replicator.clock, 3)
+    advance_rounds(replicator, replicator.clock, 3)
     statuses = _statuses(replicator)
     assert len(sent) == 12 and all(statuses[r] == "acked" for r in sent)
     values = [v for _, _, v in _values(replicator, 0)]
@@ -168,13 +163,13 @@ def test_a_read_only_log_directory_halts_its_broker_losing_and_doubling_nothing(
         assert row["state"] == "stopped"
         assert row["log_dir_failure"].startswith(f"the log of broker 2 at {log_dir} cannot be written")
         other.clock.advance(9000)  # broker.session.timeout.ms: the controller fences it, and the ISR shrinks
-        _rounds(other, other.clock, 3)
+        advance_rounds(other, other.clock, 3)
         statuses = _statuses(other)
         assert [statuses[r] for r in requests] == ["acked", "acked"]
     finally:
         read_only(log_dir, False)  # the fault heals
     other.start_broker(2)
-    _rounds(other, other.clock, 3)
+    advance_rounds(other, other.clock, 3)
     expected = sorted(_values(cluster, 0) + [(0, 2, "r0"), (1, 2, "r1")])
     assert _values(other, 0) == _values(other, 1) == _values(other, 2) == expected
 

@@ -17,65 +17,24 @@ __all__ = ["output_rows", "CONTROL_OUTPUT_SCHEMA_ARROW"]
 
 
 def output_rows(state: pa.Table, parts: Partitions, appends: Appends, hw: np.ndarray, changes: np.ndarray,
-            isr_moves: tuple, fetch: tuple, entries: tuple, ctx: RoundContext) -> pa.Table:
+                isr_moves: tuple, fetch: tuple, entries: tuple, ctx: RoundContext) -> pa.Table:
+    """The bucket's rows after the round: `isr_moves` (joined, shrunk), `fetch` (each replica's LEO
+    before, the end of what it read, the records read and taken from the batches, fetched),
+    `entries` (the partitions' fetch request and response entries)."""
     joined, shrunk = isr_moves
-    own_leo, read_end, read, from_batch, fetched = fetch
+    read, from_batch, fetched = fetch[2], fetch[3], fetch[4]
     n = state.num_rows
-    isr_size = parts.in_isr.sum(axis=1)
-    status, code = acks_rule.request_status(appends.error, appends.acks, appends.last, hw[appends.at],
-                                            isr_size[appends.at] if n else appends.at,
-                                            parts.min_isr[appends.at] if n else appends.at)
-    # one result per (request, partition): its first batch's base offset, its last batch's last
-    # offset and status (the acks wait for the whole request), its records
-    first, last = appends.part_first, appends.part_last
-    offsets = appends.answered[first]
-    results = pa.StructArray.from_arrays(
-        [appends.table.column("request_id").combine_chunks().take(pa.array(first, type=pa.int64())),
-         pa.array(np.where(offsets, appends.base[first], None), type=pa.int64()),
-         pa.array(np.where(offsets, appends.last[last], None), type=pa.int64()),
-         pa.array(np.bincount(appends.part, weights=appends.count, minlength=len(first)).astype(np.int64)
-                  if len(first) else first, type=pa.int64()),
-         pa.array(appends.acks[first], type=pa.int32()),
-         pa.array(status[last], type=pa.string()), pa.array(code[last], type=pa.string())],
-        fields=list(CONTROL_OUTPUT_SCHEMA_ARROW.field("results").type.value_type))
-    known = appends.known[first]
-    per_partition = np.bincount(appends.index[first][known], minlength=n) if n else np.zeros(0, dtype=np.int64)
-    result_offsets = np.r_[0, np.cumsum(per_partition)].astype(np.int32)
-    leader_leo_before = parts.leader_leo
-    # what each follower took: the range of the leader's log a lagging one read (the data plane
-    # holds its rows), then its slice of this round's batch, from the leader's LEO before the round
-    read_rows, read_cols = np.nonzero(read > 0)
-    batch_rows, batch_cols = np.nonzero(from_batch > 0)
-    batch_from = np.broadcast_to(leader_leo_before[:, None], from_batch.shape)
-    rows = np.r_[read_rows, batch_rows]
-    order = np.argsort(rows, kind="stable")
-    brokers = np.r_[parts.brokers[read_rows, read_cols], parts.brokers[batch_rows, batch_cols]]
-    starts = np.r_[own_leo[read_rows, read_cols], batch_from[batch_rows, batch_cols]]
-    ends = np.r_[read_end[read_rows, read_cols], (batch_from + from_batch)[batch_rows, batch_cols]]
-    kinds = np.r_[np.zeros(len(read_rows), dtype=bool), np.ones(len(batch_rows), dtype=bool)]
-    fetches = pa.StructArray.from_arrays(
-        [pa.array(brokers[order], type=pa.int32()), pa.array(starts[order], type=pa.int64()),
-         pa.array(ends[order], type=pa.int64()), pa.array(kinds[order], type=pa.bool_())],
-        fields=list(CONTROL_OUTPUT_SCHEMA_ARROW.field("fetches").type.value_type))
-    listed = (read > 0) | (from_batch > 0)
-    fetch_offsets = np.r_[0, np.cumsum((read > 0).sum(axis=1) + (from_batch > 0).sum(axis=1))].astype(np.int32)
-    leo_new = appends.leader_leo
-    lso = parts.arrays["log_start_offset"]
-    leader_lso = np.where(parts.is_leader, lso, 0).sum(axis=1)
-    # (a fetching follower that answered before the HW moved learns it at its next fetch, as Kafka's
-    # leader answers a waiting fetch when its HW moves: until then the partition is not settled)
-    hw_known = ((parts.arrays["replica_high_watermark"] == hw[:, None]) | parts.is_leader
-                | ~np.isin(parts.brokers, ctx.fetching_brokers))
-    followers_settled = np.where(parts.exists, parts.in_isr & (parts.arrays["log_end_offset"] == leo_new[:, None])
-                                 & ((lso == leader_lso[:, None]) | ~parts.serving[:, None]) & hw_known,
-                                 True).all(axis=1)
+    results, known, per_partition, result_offsets = _results(parts, appends, hw, n)
+    fetches, fetch_offsets, listed = _fetches(parts, fetch)
+    leo_new, leader_leo_before = appends.leader_leo, parts.leader_leo
+    settled = _settled(parts, hw, leo_new, ctx) & (hw == leo_new)
     width = parts.brokers.shape[1]
     state_moved = np.zeros(n, dtype=bool)
     for name in (*SESSION_ARRAYS, "log_start_offset"):  # (a leader's session cache entry is replica state)
         state_moved |= ((padded(state.column(name), width, 0, np.int64) != parts.arrays[name]) & parts.exists).any(axis=1)
     columns = {name: state.column(name) for name in ("topic", "partition", "bucket", "leader", "leader_epoch",
-                                                      "leader_epoch_start_offset", "replicas", "adding_replicas", "min_isr",
-                                                      "lag_time_max_ms")}
+                                                      "leader_epoch_start_offset", "replicas", "adding_replicas",
+                                                      "min_isr", "lag_time_max_ms")}
     columns.update(
         partition_epoch=pa.array(column(state, "partition_epoch") + changes, type=pa.int32()),
         isr=as_lists(parts.brokers, parts.in_isr, pa.int32()),
@@ -90,15 +49,74 @@ def output_rows(state: pa.Table, parts: Partitions, appends: Appends, hw: np.nda
         isr_expands=pa.array(joined.sum(axis=1), type=pa.int32()),
         fetch_request_partitions=pa.array(entries[0], type=pa.int32()),
         fetch_response_partitions=pa.array(entries[1], type=pa.int32()),
-        is_settled=pa.array(followers_settled & (hw == leo_new), type=pa.bool_()),
+        is_settled=pa.array(settled, type=pa.bool_()),
         is_changed=pa.array((leo_new > leader_leo_before) | listed.any(axis=1) | (changes > 0) | (per_partition > 0)
-                            | state_moved
-                            | (hw != parts.high_watermark) | ~(followers_settled & (hw == leo_new)), type=pa.bool_()),
+                            | state_moved | (hw != parts.high_watermark) | ~settled, type=pa.bool_()),
     )
     out = pa.table([columns[f.name] for f in CONTROL_OUTPUT_SCHEMA_ARROW], schema=CONTROL_OUTPUT_SCHEMA_ARROW)
     # (Spark takes the output only in its own Arrow types: list fields named "element", non-null fields)
     return pa.concat_tables([out, _unknown_rows(appends, results)]).cast(_SPARK_ARROW_SCHEMA)
 
+
+def _results(parts: Partitions, appends: Appends, hw: np.ndarray, n: int
+             ) -> tuple[pa.StructArray, np.ndarray, np.ndarray, np.ndarray]:
+    """One result per (request, partition), with the acks against the HW after the round: its first
+    batch's base offset, its last batch's last offset and status (the acks wait for the whole
+    request), its records. Returns them, which are of known partitions, their count per partition
+    and the partitions' offsets into them."""
+    isr_size = parts.in_isr.sum(axis=1)
+    status, code = acks_rule.request_status(appends.error, appends.acks, appends.last, hw[appends.at],
+                                            isr_size[appends.at] if n else appends.at,
+                                            parts.min_isr[appends.at] if n else appends.at)
+    first, last = appends.part_first, appends.part_last
+    offsets = appends.answered[first]
+    results = pa.StructArray.from_arrays(
+        [appends.table.column("request_id").combine_chunks().take(pa.array(first, type=pa.int64())),
+         pa.array(np.where(offsets, appends.base[first], None), type=pa.int64()),
+         pa.array(np.where(offsets, appends.last[last], None), type=pa.int64()),
+         pa.array(np.bincount(appends.part, weights=appends.count, minlength=len(first)).astype(np.int64)
+                  if len(first) else first, type=pa.int64()),
+         pa.array(appends.acks[first], type=pa.int32()),
+         pa.array(status[last], type=pa.string()), pa.array(code[last], type=pa.string())],
+        fields=list(CONTROL_OUTPUT_SCHEMA_ARROW.field("results").type.value_type))
+    known = appends.known[first]
+    per_partition = np.bincount(appends.index[first][known], minlength=n) if n else np.zeros(0, dtype=np.int64)
+    return results, known, per_partition, np.r_[0, np.cumsum(per_partition)].astype(np.int32)
+
+
+def _fetches(parts: Partitions, fetch: tuple) -> tuple[pa.StructArray, np.ndarray, np.ndarray]:
+    """What each follower took: the range of the leader's log a lagging one read (the data plane
+    holds its rows), then its slice of this round's batch, from the leader's LEO before the round.
+    Returns them, the partitions' offsets into them, and which replicas took any."""
+    own_leo, read_end, read, from_batch, _ = fetch
+    read_rows, read_cols = np.nonzero(read > 0)
+    batch_rows, batch_cols = np.nonzero(from_batch > 0)
+    batch_from = np.broadcast_to(parts.leader_leo[:, None], from_batch.shape)
+    rows = np.r_[read_rows, batch_rows]
+    order = np.argsort(rows, kind="stable")
+    brokers = np.r_[parts.brokers[read_rows, read_cols], parts.brokers[batch_rows, batch_cols]]
+    starts = np.r_[own_leo[read_rows, read_cols], batch_from[batch_rows, batch_cols]]
+    ends = np.r_[read_end[read_rows, read_cols], (batch_from + from_batch)[batch_rows, batch_cols]]
+    kinds = np.r_[np.zeros(len(read_rows), dtype=bool), np.ones(len(batch_rows), dtype=bool)]
+    fetches = pa.StructArray.from_arrays(
+        [pa.array(brokers[order], type=pa.int32()), pa.array(starts[order], type=pa.int64()),
+         pa.array(ends[order], type=pa.int64()), pa.array(kinds[order], type=pa.bool_())],
+        fields=list(CONTROL_OUTPUT_SCHEMA_ARROW.field("fetches").type.value_type))
+    listed = (read > 0) | (from_batch > 0)
+    offsets = np.r_[0, np.cumsum((read > 0).sum(axis=1) + (from_batch > 0).sum(axis=1))].astype(np.int32)
+    return fetches, offsets, listed
+
+
+def _settled(parts: Partitions, hw: np.ndarray, leo_new: np.ndarray, ctx: RoundContext) -> np.ndarray:
+    """Whether every follower is in the ISR at the leader's LEO and log start, knowing the HW. (A
+    fetching follower that answered before the HW moved learns it at its next fetch, as Kafka's
+    leader answers a waiting fetch when its HW moves: until then the partition is not settled.)"""
+    lso = parts.arrays["log_start_offset"]
+    leader_lso = np.where(parts.is_leader, lso, 0).sum(axis=1)
+    hw_known = ((parts.arrays["replica_high_watermark"] == hw[:, None]) | parts.is_leader
+                | ~np.isin(parts.brokers, ctx.fetching_brokers))
+    return np.where(parts.exists, parts.in_isr & (parts.arrays["log_end_offset"] == leo_new[:, None])
+                    & ((lso == leader_lso[:, None]) | ~parts.serving[:, None]) & hw_known, True).all(axis=1)
 
 
 def _unknown_rows(appends: Appends, results: pa.StructArray) -> pa.Table:

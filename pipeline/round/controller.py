@@ -100,7 +100,7 @@ def _added_replica_rows(added: DataFrame, state: DataFrame, now: int) -> DataFra
         F.col("leader_epoch").alias("validated_leader_epoch"))
 
 def controller_step(storage: Storage, inputs: RoundInputs, meta_rows: Keyed, state_rows: Keyed
-                     ) -> tuple[Keyed, Keyed, ControllerStep]:
+                    ) -> tuple[Keyed, Keyed, ControllerStep]:
     """Fences the brokers whose session ended and unfences the restarted ones, as Kafka's controller
     does in two steps (handleBrokerFenced, then handleBrokerUnfenced): the first election runs
     without the fenced and restarting brokers, the second with the restarting ones back. Then
@@ -112,20 +112,42 @@ def controller_step(storage: Storage, inputs: RoundInputs, meta_rows: Keyed, sta
     decisions = inputs.controller or {}
     preferred = _preferred_election_requests(storage, inputs)
     reassign = _reassignment_requests(storage, inputs)
-    fencing = bool(decisions.get("fence") or decisions.get("unfence"))
-    if not fencing and preferred is None and reassign is None and not inputs.reassigning:
+    if not (decisions.get("fence") or decisions.get("unfence")) and preferred is None and reassign is None \
+            and not inputs.reassigning:
         return meta_rows, state_rows, ControllerStep()
-    live = decisions.get("live", inputs.brokers)
     meta, state = meta_rows.all(), state_rows.all()
-    steps = []
-    if fencing:
+    after, steps, moves = _decisions(meta, inputs, preferred, reassign)
+    changed_keys = pinned(reduce(DataFrame.unionByName, [s.select(*PARTITION_KEY) for s in steps]).distinct())
+    if not changed_keys.limit(1).collect():  # (a reassignment still catching up)
+        return meta_rows, state_rows, ControllerStep()
+    state, dropped, added = _moved_replicas(state, moves, after, inputs.now_ms)
+    offsets = state.groupBy(*PARTITION_KEY).agg(F.max("high_watermark").alias("partition_hw"))
+    leos = state.select(*PARTITION_KEY, F.col("broker").alias("leader"), F.col("log_end_offset").alias("leader_leo"))
+    changed, led = _changed_partitions(meta, after, changed_keys, offsets, leos)
+    state_changed = _new_leaders_replicas(state, led, added, inputs.now_ms)
+    state = (state.join(state_changed.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti")
+             .unionByName(state_changed))
+    elections = pinned(reduce(DataFrame.unionByName, [_election_rows(s, offsets, leos, inputs) for s in steps])
+                       .select(*ELECTIONS_SCHEMA.fieldNames()))
+    return (Keyed.of(_apply_changes(meta, changed), PARTITION_KEY), Keyed.of(state, REPLICA_KEY),
+            ControllerStep(changed, state_changed, elections, dropped, added))
+
+
+def _decisions(meta: DataFrame, inputs: RoundInputs, preferred: DataFrame | None, reassign: DataFrame | None
+               ) -> tuple[DataFrame, list[DataFrame], list[DataFrame]]:
+    """The controller's decisions in Kafka's order: fence then unfence (two elections), preferred
+    leader elections, new reassignments, completed ones. Returns the partitions after them, each
+    step's changed partitions, and the reassignments' moves (with the brokers they add and drop)."""
+    decisions = inputs.controller or {}
+    live = decisions.get("live", inputs.brokers)
+    steps, moves = [], []
+    after = meta
+    if decisions.get("fence") or decisions.get("unfence"):
         first = ctl.elect_leaders(meta, decisions["live_before_start"], decisions["lost_log"]).localCheckpoint()
         middle = _apply_changes(meta, first)
         second = ctl.elect_leaders(middle, decisions["live"]).localCheckpoint()
         after = _apply_changes(middle, second)
         steps += [first, second]
-    else:
-        after = meta
     if preferred is not None:  # kafka-leader-election --election-type PREFERRED
         named = (after.join(preferred.filter(F.col("partition") >= 0), on=PARTITION_KEY, how="left_semi")
                  .unionByName(after.join(preferred.filter(F.col("partition") < 0).select("topic"), on="topic",
@@ -133,7 +155,6 @@ def controller_step(storage: Storage, inputs: RoundInputs, meta_rows: Keyed, sta
         third = ctl.elect_preferred_leaders(named.dropDuplicates(PARTITION_KEY), live).localCheckpoint()
         after = _apply_changes(after, third)
         steps.append(third)
-    moves = []  # reassignments: partitions with the brokers they add and drop
     if reassign is not None:
         started = ctl.start_reassignments(after.join(reassign, on=PARTITION_KEY, how="left_semi"), reassign,
                                           live).localCheckpoint()
@@ -146,62 +167,73 @@ def controller_step(storage: Storage, inputs: RoundInputs, meta_rows: Keyed, sta
         after = _apply_changes(after, completed)
         steps.append(completed)
         moves.append(completed)
-    changed_keys = pinned(reduce(DataFrame.unionByName, [s.select(*PARTITION_KEY) for s in steps]).distinct())
-    if not changed_keys.limit(1).collect():  # (a reassignment still catching up)
-        return meta_rows, state_rows, ControllerStep()
+    return after, steps, moves
 
-    dropped = added = None
-    if moves:
-        brokers = lambda column: reduce(DataFrame.unionByName, [  # noqa: E731
+
+def _moved_replicas(state: DataFrame, moves: list[DataFrame], after: DataFrame, now_ms: int
+                    ) -> tuple[DataFrame, DataFrame | None, DataFrame | None]:
+    """The replica rows after the reassignments' moves: the dropped replicas' rows gone, the added
+    ones' new (bootstrapping from the leader's log start). Returns (state, dropped, added)."""
+    if not moves:
+        return state, None, None
+
+    def brokers(column: str) -> DataFrame:
+        return reduce(DataFrame.unionByName, [
             m.select(*PARTITION_KEY, F.explode(column).alias("broker"), "leader_epoch") for m in moves])
-        dropped = pinned(state.join(brokers("dropped").select(*REPLICA_KEY), on=REPLICA_KEY, how="left_semi"))
-        added = brokers("added").join(after.select(*PARTITION_KEY, F.col("leader_epoch").alias("_e")),
-                                      on=PARTITION_KEY).select(*REPLICA_KEY, F.col("_e").alias("leader_epoch"))
-        added = pinned(_added_replica_rows(added, state, inputs.now_ms).select(*state.columns))
-        state = (state.join(dropped.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti")
-                 .join(added.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti").unionByName(added))
+    dropped = pinned(state.join(brokers("dropped").select(*REPLICA_KEY), on=REPLICA_KEY, how="left_semi"))
+    added = brokers("added").join(after.select(*PARTITION_KEY, F.col("leader_epoch").alias("epoch_after")),
+                                  on=PARTITION_KEY).select(*REPLICA_KEY, F.col("epoch_after").alias("leader_epoch"))
+    added = pinned(_added_replica_rows(added, state, now_ms).select(*state.columns))
+    state = (state.join(dropped.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti")
+             .join(added.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti").unionByName(added))
+    return state, dropped, added
 
-    offsets = state.groupBy(*PARTITION_KEY).agg(F.max("high_watermark").alias("partition_hw"))
-    leos = state.select(*PARTITION_KEY, F.col("broker").alias("leader"), F.col("log_end_offset").alias("leader_leo"))
-    before = meta.select(*PARTITION_KEY, F.col("leader").alias("_old_leader"), F.col("leader_epoch").alias("_old_epoch"))
+
+def _changed_partitions(meta: DataFrame, after: DataFrame, changed_keys: DataFrame, offsets: DataFrame,
+                        leos: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(the changed partitions' rows, pinned, a new leader epoch starting at its leader's LEO;
+    those with a new leader, with the partition's HW and the leader's LEO)."""
+    before = meta.select(*PARTITION_KEY, F.col("leader").alias("old_leader"), F.col("leader_epoch").alias("old_epoch"))
     moved = (after.join(changed_keys, on=PARTITION_KEY, how="left_semi").join(before, on=PARTITION_KEY)
              .join(offsets, on=PARTITION_KEY, how="left").join(leos, on=[*PARTITION_KEY, "leader"], how="left"))
-    led = moved.filter((F.col("leader") != F.col("_old_leader")) & (F.col("leader") != NO_LEADER))
+    led = moved.filter((F.col("leader") != F.col("old_leader")) & (F.col("leader") != NO_LEADER))
     # a new leader epoch (a new leader, or a completed reassignment) starts at its leader's LEO
     changed = (moved.withColumn("leader_epoch_start_offset", F.when(
-        (F.col("leader_epoch") != F.col("_old_epoch")) & (F.col("leader") != NO_LEADER), F.col("leader_leo"))
+        (F.col("leader_epoch") != F.col("old_epoch")) & (F.col("leader") != NO_LEADER), F.col("leader_leo"))
         .otherwise(F.col("leader_epoch_start_offset")))
         .select(*meta.columns)).localCheckpoint()
+    return changed, led
 
+
+def _new_leaders_replicas(state: DataFrame, led: DataFrame, added: DataFrame | None, now_ms: int) -> DataFrame:
+    """The replica rows the controller changed, pinned: each new leader at the partition's HW
+    (new_leader_high_watermark), its followers reset, and the added replicas."""
     new_hw = ctl.new_leader_high_watermark(F.col("partition_hw"), F.col("leader_leo"))
     part = led.select(*PARTITION_KEY, "leader", "isr", "leader_leo", "partition_hw")
     rows = state.join(part, on=PARTITION_KEY, how="inner")
     leaders = (rows.filter(F.col("broker") == F.col("leader"))
                .withColumn("high_watermark", new_hw).withColumn("fetch_offset", F.col("log_end_offset")))
-    followers = ctl.reset_followers_for_new_leader(rows.filter(F.col("broker") != F.col("leader")), inputs.now_ms)
-    state_changed = leaders.unionByName(followers).select(*state.columns)
+    followers = ctl.reset_followers_for_new_leader(rows.filter(F.col("broker") != F.col("leader")), now_ms)
+    changed = leaders.unionByName(followers).select(*state.columns)
     if added is not None:
-        state_changed = added.join(state_changed.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti") \
-            .unionByName(state_changed)
-    state_changed = pinned(state_changed)
-    state = (state.join(state_changed.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti")
-             .unionByName(state_changed))
+        changed = added.join(changed.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_anti").unionByName(changed)
+    return pinned(changed)
 
-    def election_rows(df: DataFrame) -> DataFrame:
-        e = (df.filter(F.col("election").isNotNull()).join(offsets, on=PARTITION_KEY, how="left")
-             .join(leos, on=[*PARTITION_KEY, "leader"], how="left"))
-        hw = F.when(F.col("leader") != NO_LEADER, new_hw)
-        return e.select(F.lit(inputs.round_id).cast("long").alias("round_id"),
-                        F.lit(inputs.now_ms).cast("long").alias("now_ms"), *PARTITION_KEY, "election",
-                        "previous_leader", "leader", "leader_epoch",
-                        F.when(F.col("leader") != NO_LEADER, F.col("leader_leo")).alias("start_offset"),
-                        hw.alias("high_watermark"),
-                        F.when(F.col("leader") != NO_LEADER, F.greatest(F.col("partition_hw") - F.col("leader_leo"),
-                                                                       F.lit(0))).otherwise(F.lit(0))
-                        .cast("long").alias("offsets_lost"), "isr")
-    elections = pinned(reduce(DataFrame.unionByName, [election_rows(s) for s in steps]).select(*ELECTIONS_SCHEMA.fieldNames()))
-    return (Keyed.of(_apply_changes(meta, changed), PARTITION_KEY), Keyed.of(state, REPLICA_KEY),
-            ControllerStep(changed, state_changed, elections, dropped, added))
+
+def _election_rows(step: DataFrame, offsets: DataFrame, leos: DataFrame, inputs: RoundInputs) -> DataFrame:
+    """The elections table's rows of one step's leader changes."""
+    e = (step.filter(F.col("election").isNotNull()).join(offsets, on=PARTITION_KEY, how="left")
+         .join(leos, on=[*PARTITION_KEY, "leader"], how="left"))
+    led = F.col("leader") != NO_LEADER
+    return e.select(F.lit(inputs.round_id).cast("long").alias("round_id"),
+                    F.lit(inputs.now_ms).cast("long").alias("now_ms"), *PARTITION_KEY, "election",
+                    "previous_leader", "leader", "leader_epoch",
+                    F.when(led, F.col("leader_leo")).alias("start_offset"),
+                    F.when(led, ctl.new_leader_high_watermark(F.col("partition_hw"), F.col("leader_leo")))
+                    .alias("high_watermark"),
+                    F.when(led, F.greatest(F.col("partition_hw") - F.col("leader_leo"), F.lit(0))).otherwise(F.lit(0))
+                    .cast("long").alias("offsets_lost"), "isr")
+
 
 def _apply_changes(meta: DataFrame, changes: DataFrame) -> DataFrame:
     return pinned(meta.join(changes.select(*PARTITION_KEY), on=PARTITION_KEY, how="left_anti")
@@ -225,43 +257,8 @@ def epoch_checks(storage: Storage, inputs: RoundInputs, replicas: DataFrame) -> 
     need = replicas.filter(unchecked).select(
         *REPLICA_KEY, "leader", "leader_epoch", "leader_epoch_start_offset", "leader_leo", "leader_lso",
         "log_end_offset", "log_start_offset").localCheckpoint()
-    logs = reduce(DataFrame.unionByName, [storage.read_log(b).withColumn("broker", F.lit(b))
-                                          for b in serving_brokers(inputs)])
-    follower_records = (logs.join(need.select(*REPLICA_KEY, "log_start_offset", "log_end_offset"), on=REPLICA_KEY)
-                        .filter((F.col("offset") >= F.col("log_start_offset")) & (F.col("offset") < F.col("log_end_offset"))))
-    leaders = need.select(*PARTITION_KEY, F.col("leader").alias("broker"), "leader_epoch",
-                          "leader_epoch_start_offset", "leader_lso", "leader_leo").distinct()
-    leader_records = (logs.join(leaders.select(*REPLICA_KEY, "leader_lso", "leader_leo"), on=REPLICA_KEY)
-                      .filter((F.col("offset") >= F.col("leader_lso")) & (F.col("offset") < F.col("leader_leo"))))
-    current = leaders.select(*REPLICA_KEY, F.col("leader_epoch").alias("epoch"),
-                             F.col("leader_epoch_start_offset").alias("start_offset"))
-    follower_cache = ctl.epoch_cache(follower_records).localCheckpoint()
-    leader_cache = ctl.epoch_cache(leader_records, current).localCheckpoint()
-    last_epoch = follower_cache.groupBy(*REPLICA_KEY).agg(F.max("epoch").alias("last_fetched_epoch"))
-
-    asked = need.join(last_epoch, on=REPLICA_KEY, how="left").withColumn(
-        "last_fetched_epoch", F.coalesce(F.col("last_fetched_epoch"), F.lit(ctl.UNDEFINED_EPOCH)))
-    to_leader = asked.select(*PARTITION_KEY, F.col("leader").alias("broker"), F.col("broker").alias("follower"),
-                             F.col("last_fetched_epoch").alias("requested_epoch"),
-                             F.col("leader_leo").alias("log_end_offset"), F.col("leader_lso").alias("log_start_offset"))
-    answered = (ctl.end_offset_for_epoch(to_leader, leader_cache)
-                .select(*PARTITION_KEY, F.col("follower").alias("broker"), "end_epoch", "end_offset"))
-    checked = asked.join(answered, on=REPLICA_KEY, how="left").withColumn(
-        "outcome", F.when(F.col("last_fetched_epoch") == ctl.UNDEFINED_EPOCH, F.lit(None).cast("string")).otherwise(
-            ctl.diverging_epoch(F.col("last_fetched_epoch"), F.col("log_end_offset"), F.col("end_epoch"),
-                                F.col("end_offset"))))
-    own = (ctl.end_offset_for_epoch(
-        checked.filter(F.col("outcome") == "diverging").select(
-            *REPLICA_KEY, F.col("end_epoch").alias("requested_epoch"), "log_end_offset", "log_start_offset"),
-        follower_cache)
-        .select(*REPLICA_KEY, F.col("end_epoch").alias("own_epoch"), F.col("end_offset").alias("own_offset")))
-    offset, completed = ctl.truncation_offset(F.col("end_epoch"), F.col("end_offset"), F.col("own_epoch"),
-                                              F.col("own_offset"), F.col("log_end_offset"))
-    outcomes = (checked.join(own, on=REPLICA_KEY, how="left")
-                .withColumn("truncate_to", F.when(F.col("outcome") == "diverging", offset)
-                            .when(F.col("outcome") == "out_of_range", F.least("log_end_offset", "leader_leo")))
-                .withColumn("completed", F.when(F.col("outcome") == "diverging", completed).otherwise(F.lit(True)))
-                .select(*REPLICA_KEY, "truncate_to", "completed")).localCheckpoint()
+    checked, follower_cache = _leaders_answers(storage, inputs, need)
+    outcomes = _truncations_asked(checked, follower_cache)
     leo = F.coalesce(F.least(F.col("truncate_to"), F.col("log_end_offset")), F.col("log_end_offset"))
     replicas = (
         flagged.join(outcomes, on=REPLICA_KEY, how="left")
@@ -277,6 +274,54 @@ def epoch_checks(storage: Storage, inputs: RoundInputs, replicas: DataFrame) -> 
     truncations = outcomes.join(need.select(*REPLICA_KEY, "log_end_offset"), on=REPLICA_KEY).filter(
         F.col("truncate_to") < F.col("log_end_offset")).select("broker", *PARTITION_KEY, "truncate_to").localCheckpoint()
     return replicas, truncations
+
+
+def _leaders_answers(storage: Storage, inputs: RoundInputs, need: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Each checking follower's lastFetchedEpoch (the epoch of its last record, from its log's
+    epoch cache) and its leader's answer (OffsetsForLeaderEpoch: the end epoch and offset its cache
+    has for it), with the outcome (diverging, out_of_range or None); and the followers' caches."""
+    logs = reduce(DataFrame.unionByName, [storage.read_log(b).withColumn("broker", F.lit(b))
+                                          for b in serving_brokers(inputs)])
+    follower_records = (logs.join(need.select(*REPLICA_KEY, "log_start_offset", "log_end_offset"), on=REPLICA_KEY)
+                        .filter((F.col("offset") >= F.col("log_start_offset")) & (F.col("offset") < F.col("log_end_offset"))))
+    leaders = need.select(*PARTITION_KEY, F.col("leader").alias("broker"), "leader_epoch",
+                          "leader_epoch_start_offset", "leader_lso", "leader_leo").distinct()
+    leader_records = (logs.join(leaders.select(*REPLICA_KEY, "leader_lso", "leader_leo"), on=REPLICA_KEY)
+                      .filter((F.col("offset") >= F.col("leader_lso")) & (F.col("offset") < F.col("leader_leo"))))
+    current = leaders.select(*REPLICA_KEY, F.col("leader_epoch").alias("epoch"),
+                             F.col("leader_epoch_start_offset").alias("start_offset"))
+    follower_cache = ctl.epoch_cache(follower_records).localCheckpoint()
+    leader_cache = ctl.epoch_cache(leader_records, current).localCheckpoint()
+    last_epoch = follower_cache.groupBy(*REPLICA_KEY).agg(F.max("epoch").alias("last_fetched_epoch"))
+    asked = need.join(last_epoch, on=REPLICA_KEY, how="left").withColumn(
+        "last_fetched_epoch", F.coalesce(F.col("last_fetched_epoch"), F.lit(ctl.UNDEFINED_EPOCH)))
+    to_leader = asked.select(*PARTITION_KEY, F.col("leader").alias("broker"), F.col("broker").alias("follower"),
+                             F.col("last_fetched_epoch").alias("requested_epoch"),
+                             F.col("leader_leo").alias("log_end_offset"), F.col("leader_lso").alias("log_start_offset"))
+    answered = (ctl.end_offset_for_epoch(to_leader, leader_cache)
+                .select(*PARTITION_KEY, F.col("follower").alias("broker"), "end_epoch", "end_offset"))
+    checked = asked.join(answered, on=REPLICA_KEY, how="left").withColumn(
+        "outcome", F.when(F.col("last_fetched_epoch") == ctl.UNDEFINED_EPOCH, F.lit(None).cast("string")).otherwise(
+            ctl.diverging_epoch(F.col("last_fetched_epoch"), F.col("log_end_offset"), F.col("end_epoch"),
+                                F.col("end_offset"))))
+    return checked, follower_cache
+
+
+def _truncations_asked(checked: DataFrame, follower_cache: DataFrame) -> DataFrame:
+    """Where each checked follower truncates (truncate_to; None: nowhere) and whether its check is
+    complete (AbstractFetcherThread.truncateOnFetchResponse), pinned."""
+    own = (ctl.end_offset_for_epoch(
+        checked.filter(F.col("outcome") == "diverging").select(
+            *REPLICA_KEY, F.col("end_epoch").alias("requested_epoch"), "log_end_offset", "log_start_offset"),
+        follower_cache)
+        .select(*REPLICA_KEY, F.col("end_epoch").alias("own_epoch"), F.col("end_offset").alias("own_offset")))
+    offset, completed = ctl.truncation_offset(F.col("end_epoch"), F.col("end_offset"), F.col("own_epoch"),
+                                              F.col("own_offset"), F.col("log_end_offset"))
+    return (checked.join(own, on=REPLICA_KEY, how="left")
+            .withColumn("truncate_to", F.when(F.col("outcome") == "diverging", offset)
+                        .when(F.col("outcome") == "out_of_range", F.least("log_end_offset", "leader_leo")))
+            .withColumn("completed", F.when(F.col("outcome") == "diverging", completed).otherwise(F.lit(True)))
+            .select(*REPLICA_KEY, "truncate_to", "completed")).localCheckpoint()
 
 
 # rounds of epoch checks within one round before giving up on a follower (each asks for an older

@@ -198,68 +198,134 @@ def _last_fetches(inputs: RoundInputs) -> tuple[tuple[int, int], ...]:
 
 
 def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry: Carry | None
-                 ) -> tuple[RoundReport, Carry]:
+              ) -> tuple[RoundReport, Carry]:
     """One round of the cluster by round v2 on today's tables: the partition state from the carry
     (or from the partitions and replica_state tables), the control job, the records written once
     per broker, then the partitions whose ISR changed, and the replica_state rows and the results
     the round changed (the HW and the acks it allows, after the logs) with the rounds row."""
-    started = time.perf_counter()
-    lap = Laps()
-    inputs = with_input_versions(storage, inputs)
-    config = inputs.cluster_config
-    seen = table_versions(storage)
-    # (commits that changed no row, a maintenance pass's, keep the carry: inputs.rows_changed; a
-    # version None: another writer committed during the last round)
-    if carry is not None and (None in carry.versions or rows_changed(storage, carry.versions, seen)):
-        carry = None
-    fetchers = int(config["num.replica.fetchers"])
-    down = set((inputs.controller or {}).get("down") or [])
-    ctx = RoundContext(round_id=inputs.round_id, now_ms=inputs.now_ms,
-                       fetching_brokers=tuple(b for b in inputs.brokers if b not in down and b not in inputs.paused_brokers),
-                       ineligible_brokers=tuple(sorted(down)),
-                       partition_max_bytes=int(config["replica.fetch.max.bytes"]),
-                       fetcher_max_bytes=tuple((b, int(v)) for b, v in sorted(inputs.throttles.items()) if v),
-                       response_max_bytes=int(config["replica.fetch.response.max.bytes"]),
-                       restarted=inputs.restarted, paused_brokers=tuple(sorted(inputs.paused_brokers)),
-                       broker_last_fetch_ms=_last_fetches(inputs),
-                       fetch_contexts=_fetch_contexts(inputs), **_replication_budgets(inputs))
-    wave, unvalidated = _controller_wave_if_due(spark, storage, inputs, carry, ctx)
-    if wave is not None and wave.inputs is not None and wave.inputs is not inputs:  # (new leaders' sessions)
-        inputs = wave.inputs
-        ctx = replace(ctx, fetch_contexts=_fetch_contexts(inputs))
-    lap("controller wave" if wave is not None else "controller check")
-    if wave is not None:  # (its commits are the round's own: the versions after them are the ones read)
-        carry, seen = None, table_versions(storage)
-    if carry is not None:
-        state, pending, state_table_rows = carry.state, carry.pending, carry.state_table_rows
-        topic_checks = carry.topic_checks
-    else:
-        state_table_rows = storage.read("replica_state").count()  # (before this round appends to it)
-        topics = _topic_config(partition_meta(storage, config) if wave is None else wave.meta)
-        state = partition_state_from_tables(topics, storage.replica_state() if wave is None else wave.replica_rows,
-                                            fetchers)
-        pending = pending_results(storage, inputs.last_pending_requests).localCheckpoint()
-        topic_checks = topics.select(*_TOPIC_CHECKS).distinct().localCheckpoint()
-        unvalidated = wave.unvalidated if wave is not None else unvalidated
-    failed = None
-    if wave is not None and wave.new_leaders is not None:  # (acks.fail_on_leader_change)
-        failed = acks_rules.fail_on_leader_change(pending, wave.new_leaders).localCheckpoint()
-        pending = pending.join(failed.select(*REQUEST_KEY), on=REQUEST_KEY, how="left_anti").localCheckpoint()
-    lap("read state" if carry is None else "carried state")
-    inbox, inbox_version = read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
-    # client quotas (KIP-13's producer_byte_rate): the requests served this round, of the new ones
-    # and those that waited (round._client_quotas; no Spark job without a quota or a waiting request)
-    deferred = carry.deferred if carry is not None else deferred_requests(storage, inputs.last_throttled_requests)
-    inbox, quota = apply_client_quotas(spark, inbox, deferred, inputs)
-    inbox_stats = _new_inbox_stats(storage, inputs)
-    idempotent = _has_idempotent_rows(storage, inputs, inbox_stats) or (
-        deferred is not None and bool(inbox.filter(F.col("producer_id").isNotNull()).limit(1).count()))
-    sequences = _sequences(storage, inbox, state, topic_checks) if idempotent else None
-    log_starts, admin_version = log_start_requests(
-        storage, inputs, _retention_leaders(storage, inputs, state, topic_checks, down) if inputs.retention_due else None)
-    tables = RoundTables(logs={b: storage.log_path(b) for b in inputs.brokers}, producers=storage.path("producers"))
+    round_ = _RoundOnTables(spark, storage, inputs, carry)
+    round_.controller()
+    round_.partition_state()
+    round_.requests()
+    return round_.run()
 
-    def report_of(figures: dict) -> RoundReport:
+
+class _RoundOnTables:
+    """run_round's steps, in order; each leaves what the next reads."""
+
+    def __init__(self, spark: SparkSession, storage: Storage, inputs: RoundInputs, carry: Carry | None) -> None:
+        self.spark, self.storage = spark, storage
+        self.started = time.perf_counter()
+        self.lap = Laps()
+        self.inputs = inputs = with_input_versions(storage, inputs)
+        self.config = config = inputs.cluster_config
+        self.seen = table_versions(storage)
+        # (commits that changed no row, a maintenance pass's, keep the carry: inputs.rows_changed; a
+        # version None: another writer committed during the last round)
+        if carry is not None and (None in carry.versions or rows_changed(storage, carry.versions, self.seen)):
+            carry = None
+        self.carry = carry
+        self.fetchers = int(config["num.replica.fetchers"])
+        down = self.down = set((inputs.controller or {}).get("down") or [])
+        self.ctx = RoundContext(
+            round_id=inputs.round_id, now_ms=inputs.now_ms,
+            fetching_brokers=tuple(b for b in inputs.brokers if b not in down and b not in inputs.paused_brokers),
+            ineligible_brokers=tuple(sorted(down)),
+            partition_max_bytes=int(config["replica.fetch.max.bytes"]),
+            fetcher_max_bytes=tuple((b, int(v)) for b, v in sorted(inputs.throttles.items()) if v),
+            response_max_bytes=int(config["replica.fetch.response.max.bytes"]),
+            restarted=inputs.restarted, paused_brokers=tuple(sorted(inputs.paused_brokers)),
+            broker_last_fetch_ms=_last_fetches(inputs), fetch_contexts=_fetch_contexts(inputs),
+            **_replication_budgets(inputs))
+
+    def controller(self) -> None:
+        """The controller's wave when one is due; its new leaders' sessions replace the round's."""
+        self.wave, self.unvalidated = _controller_wave_if_due(self.spark, self.storage, self.inputs, self.carry,
+                                                              self.ctx)
+        wave = self.wave
+        if wave is not None and wave.inputs is not None and wave.inputs is not self.inputs:  # (new leaders' sessions)
+            self.inputs = wave.inputs
+            self.ctx = replace(self.ctx, fetch_contexts=_fetch_contexts(self.inputs))
+        self.lap("controller wave" if wave is not None else "controller check")
+        if wave is not None:  # (its commits are the round's own: the versions after them are the ones read)
+            self.carry, self.seen = None, table_versions(self.storage)
+
+    def partition_state(self) -> None:
+        """The partition state and the pending requests: carried, or read from the tables."""
+        storage, carry, wave = self.storage, self.carry, self.wave
+        if carry is not None:
+            self.state, self.pending, self.state_table_rows = carry.state, carry.pending, carry.state_table_rows
+            self.topic_checks = carry.topic_checks
+        else:
+            self.state_table_rows = storage.read("replica_state").count()  # (before this round appends to it)
+            topics = _topic_config(partition_meta(storage, self.config) if wave is None else wave.meta)
+            self.state = partition_state_from_tables(
+                topics, storage.replica_state() if wave is None else wave.replica_rows, self.fetchers)
+            self.pending = pending_results(storage, self.inputs.last_pending_requests).localCheckpoint()
+            self.topic_checks = topics.select(*_TOPIC_CHECKS).distinct().localCheckpoint()
+            self.unvalidated = wave.unvalidated if wave is not None else self.unvalidated
+        self.failed = None
+        if wave is not None and wave.new_leaders is not None:  # (acks.fail_on_leader_change)
+            self.failed = acks_rules.fail_on_leader_change(self.pending, wave.new_leaders).localCheckpoint()
+            self.pending = self.pending.join(self.failed.select(*REQUEST_KEY), on=REQUEST_KEY,
+                                             how="left_anti").localCheckpoint()
+        self.lap("read state" if carry is None else "carried state")
+
+    def requests(self) -> None:
+        """The round's new produce requests within the client quotas, their producers' sequences,
+        and the log start offsets asked (delete_records, retention)."""
+        spark, storage, inputs, carry = self.spark, self.storage, self.inputs, self.carry
+        inbox, self.inbox_version = read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
+        # client quotas (KIP-13's producer_byte_rate): the requests served this round, of the new ones
+        # and those that waited (round._client_quotas; no Spark job without a quota or a waiting request)
+        deferred = carry.deferred if carry is not None else deferred_requests(storage, inputs.last_throttled_requests)
+        self.inbox, self.quota = apply_client_quotas(spark, inbox, deferred, inputs)
+        self.inbox_stats = _new_inbox_stats(storage, inputs)
+        idempotent = _has_idempotent_rows(storage, inputs, self.inbox_stats) or (
+            deferred is not None and bool(self.inbox.filter(F.col("producer_id").isNotNull()).limit(1).count()))
+        self.sequences = _sequences(storage, self.inbox, self.state, self.topic_checks) if idempotent else None
+        retention = _retention_leaders(storage, inputs, self.state, self.topic_checks, self.down) \
+            if inputs.retention_due else None
+        self.log_starts, self.admin_version = log_start_requests(storage, inputs, retention)
+        self.lap("inbox, quotas, sequences and log starts")
+
+    def run(self) -> tuple[RoundReport, Carry]:
+        """The active round (active.py) and its commits, the compaction of replica_state when due,
+        and the carry for the next round."""
+        storage, inputs = self.storage, self.inputs
+        self.reports: list[RoundReport] = []
+        tables = RoundTables(logs={b: storage.log_path(b) for b in inputs.brokers}, producers=storage.path("producers"))
+        state = _with_throttle_listing(self.state, self.topic_checks) if self.ctx.throttled else self.state
+        with compiled_expressions(self.spark, when=is_bulk(inputs, self.inbox_stats)):
+            active = run_active_round(state, self.inbox, self.pending, self.ctx, self.fetchers, tables,
+                                      lambda appends: storage.append_all(appends, inputs.round_id),
+                                      commit_outputs=self._commit_outputs, topic_checks=self.topic_checks,
+                                      lagging_leaders=self.carry.lagging_leaders if self.carry is not None else None,
+                                      sequences=self.sequences, log_starts=self.log_starts, laps=self.lap)
+        figures = active.figures
+        table_rows = self.state_table_rows + figures["changed_replicas"]
+        # (the carried state is the tables' rows at the versions of the round's own commits after the
+        # ones it read; an append of no rows is no commit)
+        seen = self.seen
+        at = storage.version_of_own_commits("replica_state", seen[CARRIED_TABLES.index("replica_state")],
+                                            inputs.round_id)
+        if _compact_state(storage, active.state, figures["replicas"], table_rows, inputs.round_id,
+                          -1 if at is None else at):
+            table_rows = figures["replicas"]
+        self.lap("compact replica_state")
+        versions = tuple(storage.version_of_own_commits(table, v, inputs.round_id)
+                         for table, v in zip(CARRIED_TABLES, seen))
+        # (the rounds row holds the round's time until its last commit wave, which writes the row; the
+        # report returned holds all of it)
+        report = replace(self.reports[0], duration_ms=self._elapsed_ms(), phases=self.lap.phases)
+        return report, Carry(versions, active.state, active.pending, set(figures["lagging_leaders"]), table_rows,
+                             self.topic_checks, self.unvalidated, self.quota.deferred, bool(figures["isr_expands"]))
+
+    def _elapsed_ms(self) -> int:
+        return int((time.perf_counter() - self.started) * 1000)
+
+    def _report(self, figures: dict) -> RoundReport:
+        inputs, wave = self.inputs, self.wave
         added = figures["session_partitions_added"]
         # (KIP-227: an incremental request adds partitions new to its session, and forgets those whose
         # replica a reassignment took off the follower)
@@ -270,8 +336,8 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
                  for s in inputs.sessions_after]
         after, handles = sessions.follow_up(after, inputs.handles_after, figures["followed_up_sessions"])
         return RoundReport(
-            round_id=inputs.round_id, now_ms=inputs.now_ms, inbox_version=inbox_version,
-            admin_version=admin_version,
+            round_id=inputs.round_id, now_ms=inputs.now_ms, inbox_version=self.inbox_version,
+            admin_version=self.admin_version,
             retention_checked_ms=inputs.now_ms if inputs.retention_due else inputs.last_retention_check_ms,
             fetch_request_partitions=figures["fetch_request_partitions"],
             fetch_response_partitions=figures["fetch_response_partitions"],
@@ -280,25 +346,32 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
                 "records_appended", "records_replicated", "requests_acked", "requests_failed", "isr_shrinks",
                 "isr_expands", "under_replicated_partitions", "under_min_isr_partitions", "at_min_isr_partitions",
                 "offline_partitions", "max_lag", "pending_requests")},
-            duration_ms=int((time.perf_counter() - started) * 1000), batch_id=inputs.batch_id,
-            **session_figures(inputs, after, handles), throttled_requests=quota.waiting,
-            client_quota_bytes=quota.recorded, throttled_bytes=figures["throttled_bytes"], phases=dict(lap.phases))
+            duration_ms=self._elapsed_ms(), batch_id=inputs.batch_id,
+            **session_figures(inputs, after, handles), throttled_requests=self.quota.waiting,
+            client_quota_bytes=self.quota.recorded, throttled_bytes=figures["throttled_bytes"],
+            phases=dict(self.lap.phases))
 
-    reports: list[RoundReport] = []
+    def _results(self, rows: DataFrame) -> DataFrame:
+        """The results rows the round writes: the settled ones, the new pending ones (a pending one
+        carried from before is written already), those a leader change failed."""
+        results = produce_results(rows)
+        carried = self.pending.select(*REQUEST_KEY)
+        written = results.filter(F.col("status") != STATUS_PENDING).unionByName(
+            results.filter(F.col("status") == STATUS_PENDING).join(carried, on=REQUEST_KEY, how="left_anti"))
+        if self.failed is not None:
+            written = written.unionByName(self.failed.withColumn("round_id", F.lit(self.inputs.round_id).cast("long"))
+                                          .select(*written.columns))
+        return written
 
-    def commit_outputs(rows: DataFrame, figures: dict) -> None:
-        round_id = inputs.round_id
+    def _commit_outputs(self, rows: DataFrame, figures: dict) -> None:
+        """The round's commits after its logs: the partitions whose ISR changed, the log start
+        offsets moved, then the last wave (the replica_state rows, the results, the rounds row)."""
+        storage, round_id, wave, quota = self.storage, self.inputs.round_id, self.wave, self.quota
         if figures["isr_changes"]:  # the ISR before the HW it allows (DESIGN.md: persisted before they take effect)
             storage.upsert(_partition_rows(rows.filter((F.col("isr_shrinks") + F.col("isr_expands") > 0)
                                                        & F.col("is_known"))), "partitions", PARTITION_KEY, round_id,
                            columns=_ISR_COLUMNS)
-        results = produce_results(rows)
-        carried = pending.select(*REQUEST_KEY)
-        written = results.filter(F.col("status") != STATUS_PENDING).unionByName(
-            results.filter(F.col("status") == STATUS_PENDING).join(carried, on=REQUEST_KEY, how="left_anti"))
-        if failed is not None:
-            written = written.unionByName(failed.withColumn("round_id", F.lit(round_id).cast("long"))
-                                          .select(*written.columns))
+        written = self._results(rows)
         answers = []
         changed = rows.filter(F.col("is_changed") & F.col("is_known"))
         if wave is not None:  # the partitions whose replica rows the controller's wave changed, too
@@ -306,7 +379,7 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
                                           .join(F.broadcast(wave.touched), on=PARTITION_KEY, how="left_semi"))
         if figures["changed"] or wave is not None:
             answers.append((_replica_state_rows(changed), "replica_state"))
-        if figures["results"] or failed is not None or quota.waiting_results is not None:
+        if figures["results"] or self.failed is not None or quota.waiting_results is not None:
             written = with_throttle_time(written, quota.held).select(*RESULTS_SCHEMA.fieldNames())
             if quota.waiting_results is not None:  # (a request waiting for its quota has no throttle time yet)
                 written = written.unionByName(quota.waiting_results.select(*RESULTS_SCHEMA.fieldNames()))
@@ -315,33 +388,9 @@ def run_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, carry:
             storage.delete_log_prefixes(broker, _log_starts_of(rows, broker), round_id)
         # the last wave: the HW and ISR's rows, the results and the round's row at once; the row's
         # commit names the others, and the round is complete when they all landed (storage/recovery.py)
-        reports.append(report_of(figures))
-        storage.commit_round_row(spark.createDataFrame([tuple(reports[0].as_dict().values())], ROUNDS_SCHEMA),
-                                 answers, round_id)
-
-    lap("inbox, quotas, sequences and log starts")
-    with compiled_expressions(spark, when=is_bulk(inputs, inbox_stats)):
-        active = run_active_round(_with_throttle_listing(state, topic_checks) if ctx.throttled else state,
-                                  inbox, pending, ctx, fetchers, tables,
-                                  lambda appends: storage.append_all(appends, inputs.round_id),
-                                  commit_outputs=commit_outputs, topic_checks=topic_checks,
-                                  lagging_leaders=carry.lagging_leaders if carry is not None else None,
-                                  sequences=sequences, log_starts=log_starts, laps=lap)
-    figures = active.figures
-    table_rows = state_table_rows + figures["changed_replicas"]
-    # (the carried state is the tables' rows at the versions of the round's own commits after the
-    # ones it read; an append of no rows is no commit)
-    at = storage.version_of_own_commits("replica_state", seen[CARRIED_TABLES.index("replica_state")], inputs.round_id)
-    if _compact_state(storage, active.state, figures["replicas"], table_rows, inputs.round_id,
-                      -1 if at is None else at):
-        table_rows = figures["replicas"]
-    lap("compact replica_state")
-    versions = tuple(storage.version_of_own_commits(table, v, inputs.round_id) for table, v in zip(CARRIED_TABLES, seen))
-    # (the rounds row holds the round's time until its last commit wave, which writes the row; the
-    # report returned holds all of it)
-    report = replace(reports[0], duration_ms=int((time.perf_counter() - started) * 1000), phases=lap.phases)
-    return report, Carry(versions, active.state, active.pending, set(figures["lagging_leaders"]), table_rows,
-                         topic_checks, unvalidated, quota.deferred, bool(figures["isr_expands"]))
+        self.reports.append(self._report(figures))
+        storage.commit_round_row(self.spark.createDataFrame([tuple(self.reports[0].as_dict().values())],
+                                                            ROUNDS_SCHEMA), answers, round_id)
 
 
 def _replication_budgets(inputs: RoundInputs) -> dict[str, tuple[tuple[int, int], ...]]:

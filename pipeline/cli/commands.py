@@ -1,44 +1,19 @@
-"""`replog`: a Kafka-style command line for a cluster root.
-
-    replog cluster  --create --brokers 3 [--conf-file F] [--config key=value ...]
-                    (broker.<id>.log.dirs=LOCATION: a broker's storage location)
-    replog topics   --create --topic T --partitions N --replication-factor RF [--config key=value ...]
-    replog topics   --list | --describe [--topic T] [--under-replicated-partitions |
-                    --under-min-isr-partitions | --unavailable-partitions]
-    replog produce  --topic T [--acks all] [--file F] [--key-separator SEP] [--partition P] [--client-id C] [--user U]
-                    (lines from stdin)
-    replog consume  --topic T (--from-beginning | --offset N) [--partition P] [--replica B]
-                    [--isolation read_committed|read_uncommitted] [--print-key]
-    replog run      --rounds N | --until-committed [--max-rounds 50]
-    replog brokers  [--add [--dir LOCATION] | --start B | --decommission B]
-    replog reassign --json FILE (--execute | --verify)     (kafka-reassign-partitions' JSON)
-    replog configs  --describe | --alter --entity-type topics --entity-name T | --entity-type brokers
-                    --entity-default [--add-config k=v,k2=v2] [--delete-config k,k2]
-    replog configs  --describe | --alter --entity-type users|clients (--entity-name N | --entity-default)
-                    [--entity-type clients (--entity-name C | --entity-default)]
-                    [--add-config producer_byte_rate=B,consumer_byte_rate=B] [--delete-config k]
-    replog sessions [--leader B]
-    replog consumer-groups --list | --describe --group G
-                    | --reset-offsets --group G --topic T (--to-earliest | --to-latest | --to-offset N) [--execute]
-
-Every command takes --root PATH (default: $REPLOG_ROOT). Errors print one line, `replog: CODE:
-message`, and exit 1; bad arguments exit 2.
-"""
+"""The `replog` commands, one function each (`cmd_<name>`), and the lines they print in Kafka's
+tools' formats; pipeline/cli/__init__.py has the usage, parser.py the flags."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from pipeline.errors import ErrorCode, ReplogError
 
 # kafka-topics --describe's filters, by control/partition_health.py's definitions (looked up when
 # used: that module needs numpy, which a command that starts no JVM never loads); as kafka-topics
 # does, --under-min-isr-partitions also lists the offline partitions
-_FILTERS = {
+FILTERS = {
     "under_replicated_partitions": ("under_replicated",),
     "under_min_isr_partitions": ("under_min_isr", "offline"),
     "unavailable_partitions": ("offline",),
@@ -86,15 +61,15 @@ def cmd_cluster(args: argparse.Namespace) -> None:
         print(f"\tbroker {broker} at {where}")
 
 
-def _describe_lines(cluster: Any, args: argparse.Namespace) -> Iterator[str]:
+def describe_lines(cluster: Any, args: argparse.Namespace) -> Iterator[str]:
     """Kafka's describe lines, streamed partition by partition (the driver never holds them all)."""
     from pipeline.control.partition_health import SQL
     df = cluster.describe(args.topic)
-    for flag, names in _FILTERS.items():
+    for flag, names in FILTERS.items():
         if getattr(args, flag):
             df = df.filter(" OR ".join(f"({SQL[name]})" for name in names))
     topics = {r["topic"]: r for r in cluster.topics().collect()}  # one row per topic
-    headers = not any(getattr(args, f) for f in _FILTERS)
+    headers = not any(getattr(args, f) for f in FILTERS)
     current = None
     for r in df.orderBy("topic", "partition").toLocalIterator():
         if headers and r["topic"] != current:
@@ -131,7 +106,7 @@ def cmd_topics(args: argparse.Namespace) -> None:
         for r in cluster.topics().orderBy("topic").collect():
             print(r["topic"])
     else:
-        for line in _describe_lines(cluster, args):
+        for line in describe_lines(cluster, args):
             print(line)
 
 
@@ -422,130 +397,3 @@ def cmd_consumer_groups(args: argparse.Namespace) -> None:
         print("(dry run: add --execute to commit these offsets)", file=sys.stderr)
         return
     cluster.commit_offsets(args.group, offsets)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="replog", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def command(name: str, run: Callable[[argparse.Namespace], None], help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("--root", default=os.environ.get("REPLOG_ROOT"), help="cluster root (default $REPLOG_ROOT)")
-        p.set_defaults(run=run)
-        return p
-
-    p = command("cluster", cmd_cluster, "create a cluster")
-    p.add_argument("--create", action="store_true")
-    p.add_argument("--brokers", type=int, default=3)
-    p.add_argument("--config", action="append", metavar="KEY=VALUE",
-                   help="a cluster config (Kafka's key names); broker.<id>.log.dirs=LOCATION places a broker")
-    p.add_argument("--conf-file", metavar="FILE", help="a replog.properties file (--config overrides it)")
-
-    p = command("topics", cmd_topics, "create, list, describe topics")
-    mode = p.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--create", action="store_true")
-    mode.add_argument("--list", action="store_true")
-    mode.add_argument("--describe", action="store_true")
-    p.add_argument("--topic")
-    p.add_argument("--partitions", type=int, default=1)
-    p.add_argument("--replication-factor", type=int, default=1)
-    p.add_argument("--config", action="append", metavar="KEY=VALUE")
-    health = p.add_mutually_exclusive_group()
-    for flag in _FILTERS:
-        health.add_argument("--" + flag.replace("_", "-"), dest=flag, action="store_true")
-
-    p = command("produce", cmd_produce, "send lines as records")
-    p.add_argument("--topic", required=True)
-    p.add_argument("--acks", default="1")
-    p.add_argument("--file")
-    p.add_argument("--key-separator")
-    p.add_argument("--partition", type=int, help="send every line to this partition (default: the partitioner)")
-    p.add_argument("--client-id", help="Kafka's client.id: selects the client's produce quota")
-    p.add_argument("--user", help="the user the client authenticated as (user quotas)")
-
-    p = command("consume", cmd_consume, "print records")
-    p.add_argument("--topic", required=True)
-    p.add_argument("--from-beginning", action="store_true")
-    p.add_argument("--offset", type=int)
-    p.add_argument("--partition", type=int)
-    p.add_argument("--replica", type=int)
-    p.add_argument("--isolation", default="read_committed", choices=["read_committed", "read_uncommitted"])
-    p.add_argument("--print-key", action="store_true")
-
-    p = command("run", cmd_run, "run fetch rounds")
-    how = p.add_mutually_exclusive_group(required=True)
-    how.add_argument("--rounds", type=int)
-    how.add_argument("--until-committed", action="store_true")
-    p.add_argument("--max-rounds", type=int, default=50, help="--until-committed gives up after this many")
-
-    command("maintain", cmd_maintain, "compact small files, VACUUM and set log retention on every table and log")
-
-    p = command("brokers", cmd_brokers, "brokers with their state, leader counts and locations; add, start or "
-                "decommission one")
-    change = p.add_mutually_exclusive_group()
-    change.add_argument("--add", action="store_true", help="register a new empty broker")
-    change.add_argument("--decommission", type=int, metavar="B", help="move every replica off broker B")
-    change.add_argument("--start", type=int, metavar="B",
-                        help="restart stopped broker B (one a failed log directory halted: once its location is back)")
-    p.add_argument("--dir", metavar="LOCATION", help="with --add: the new broker's storage location (path or URI)")
-
-    p = command("configs", cmd_configs, "describe or alter topic, broker-default and client quota configs "
-                "(kafka-configs)")
-    action = p.add_mutually_exclusive_group(required=True)
-    action.add_argument("--describe", action="store_true")
-    action.add_argument("--alter", action="store_true")
-    p.add_argument("--entity-type", required=True, action="append", choices=["topics", "brokers", "users", "clients"],
-                   help="users and clients may be given together (a (user, client-id) quota)")
-    p.add_argument("--entity-name", dest="entity_names", action="append")
-    p.add_argument("--entity-default", dest="entity_names", action="append_const", const=None)
-    p.add_argument("--add-config", metavar="K=V,K2=V2")
-    p.add_argument("--delete-config", metavar="K,K2")
-
-    p = command("reassign", cmd_reassign, "reassign partitions (kafka-reassign-partitions)")
-    p.add_argument("--json", required=True, metavar="FILE", help="the reassignment JSON file")
-    step = p.add_mutually_exclusive_group(required=True)
-    step.add_argument("--execute", action="store_true")
-    step.add_argument("--verify", action="store_true")
-
-    p = command("sessions", cmd_sessions, "the leaders' incremental fetch sessions (KIP-227)")
-    p.add_argument("--leader", type=int, help="only this leader's session cache")
-
-    p = command("consumer-groups", cmd_consumer_groups, "consumer groups' committed offsets and lag")
-    what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--list", action="store_true")
-    what.add_argument("--describe", action="store_true")
-    what.add_argument("--reset-offsets", action="store_true")
-    p.add_argument("--group")
-    p.add_argument("--topic")
-    p.add_argument("--to-earliest", action="store_true")
-    p.add_argument("--to-latest", action="store_true")
-    p.add_argument("--to-offset", type=int)
-    p.add_argument("--execute", action="store_true", help="--reset-offsets commits only with this (as Kafka's tool)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if not args.root:
-        parser.error("--root is required (or set REPLOG_ROOT)")
-    if getattr(args, "rounds", None) is not None and args.rounds < 1:
-        parser.error("--rounds must be >= 1")
-    from pipeline.runtime import SparkSetupError
-    try:
-        args.run(args)
-    except ReplogError as err:
-        print(f"replog: {err}", file=sys.stderr)
-        return 1
-    except SparkSetupError as err:
-        print(f"replog: {err}", file=sys.stderr)
-        return 1
-    except ValueError as err:
-        print(f"replog: {err}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
