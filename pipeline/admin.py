@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 from pyspark.sql import functions as F
 
 from pipeline import brokers as broker_ops
-from pipeline import controller
-from pipeline.assignment import assign_replicas
+from pipeline.control import controller
+from pipeline.control.assignment import assign_replicas
 from pipeline.config import to_json, validate_topic_config
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.schemas import ADMIN_SCHEMA, BROKERS_SCHEMA, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, TOPICS_SCHEMA

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from pyspark.sql import functions as F
 
-from pipeline import controller
+from pipeline.control import controller
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.metadata_cache import broker_state
 from pipeline.schemas import BROKERS_SCHEMA

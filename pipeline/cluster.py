@@ -13,10 +13,13 @@ from typing import Any, Mapping
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline import admin, brokers, cleaner, configs, consume, consumer, controller, housekeeping, reads
-from pipeline import fetch_session as sessions
+from pipeline import admin, brokers, configs, housekeeping, reads
 from pipeline.clock import Clock, SystemClock
 from pipeline.config import to_json, validate_cluster_config, with_defaults
+from pipeline.consume import fetch as consume
+from pipeline.consume import sessions as consumer
+from pipeline.control import cleaner, controller
+from pipeline.control import session_cache as sessions
 from pipeline.core import ClusterCore
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.produce import produce_request
@@ -281,7 +284,7 @@ class Cluster:
     def fetch_incremental(self, consumer_id: str, topic: str, client_id: str | None = None,
                           user: str | None = None) -> consumer.Fetched:
         """read_incremental's fetch without moving the consumer's positions yet: the records, the
-        ranges read per partition, and `commit()` (pipeline/stream.py records the ranges first).
+        ranges read per partition, and `commit()` (pipeline/consume/stream.py records the ranges first).
         Under a consumer_byte_rate quota the fetch's bytes are recorded (this process measures its
         consumers, as each Kafka broker measures its own); over the quota the result carries a
         throttle time, and a fetch while the client still waits serves nothing and moves nothing
@@ -302,11 +305,11 @@ class Cluster:
                trigger: Mapping[str, Any] | None = None) -> Any:
         """A Structured Streaming query calling `process(records, batch_id)` with the committed
         records of `topic` that `consumer_id` has not processed, a micro-batch after rounds have
-        run; a batch Spark retries reads the same records (pipeline/stream.py).
+        run; a batch Spark retries reads the same records (pipeline/consume/stream.py).
 
         >>> query = cluster.stream("orders", "billing", lambda df, batch: df.show(), "/tmp/ckpt")
         """
-        from pipeline.stream import committed_stream
+        from pipeline.consume.stream import committed_stream
         return committed_stream(self, topic, consumer_id, process, checkpoint, dict(trigger) if trigger else None)
 
     def commit_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], metadata: str | None = None) -> None:
@@ -330,7 +333,7 @@ class Cluster:
     # -- work beside the rounds --------------------------------------------------------------
     def compact(self) -> cleaner.CleanerReport | None:
         """One pass of the log cleaner over every topic with cleanup.policy `compact` (Kafka's
-        log compaction; pipeline/cleaner.py has the rules): in each partition that is due (by
+        log compaction; pipeline/control/cleaner.py has the rules): in each partition that is due (by
         min.cleanable.dirty.ratio or max.compaction.lag.ms), below the high watermark and outside
         min.compaction.lag.ms, every replica loses the records whose key comes again later, and
         tombstones delete.retention.ms after a clean first passed them. Offsets never change. The

@@ -144,7 +144,7 @@ _KEYS = [
               "replicas (partition:leader broker) whose leader-side replication is throttled"),
     ConfigKey("follower.replication.throttled.replicas", str, "", _throttled_replicas,
               "'' | * | partition:broker,...", "replicas (partition:follower broker) whose fetches are throttled"),
-    # client quotas (Kafka's design 4.9; pipeline/quotas.py): the windows rates are measured over.
+    # client quotas (Kafka's design 4.9; pipeline/control/quotas.py): the windows rates are measured over.
     # Kafka's broker default for quota.window.num is 11; its design text, and this project, use 30
     ConfigKey("quota.window.num", int, 30, _positive, "> 0",
               "samples a client quota's rate is measured over"),

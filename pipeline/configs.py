@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from pyspark.sql import functions as F
 
-from pipeline import quotas
+from pipeline.control import quotas
 from pipeline.config import CLUSTER_KEYS, TOPIC_KEYS, to_json, validate_cluster_config, validate_topic_config
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.schemas import CLIENT_QUOTAS_SCHEMA, CLUSTER_SCHEMA, TOPICS_SCHEMA

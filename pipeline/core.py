@@ -13,8 +13,8 @@ from typing import Any, Mapping
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipeline import quotas
-from pipeline import fetch_session as sessions
+from pipeline.control import quotas
+from pipeline.control import session_cache as sessions
 from pipeline.clock import Clock
 from pipeline.config import with_defaults
 from pipeline.metadata_cache import MetadataCache

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from pyspark.sql import functions as F
 
 from pipeline import brokers as broker_ops
-from pipeline import cleaner, controller
+from pipeline.control import cleaner
+from pipeline.control import controller
 from pipeline.metadata_cache import broker_state
 from pipeline.round.driver import hold_lease_recovered
 from pipeline.storage import maintenance

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from pipeline import consumer, controller, quotas
+from pipeline.consume import sessions as consumer
+from pipeline.control import controller
+from pipeline.control import quotas
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.round.reads import fetch_pair_counts
 

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, ByteType, IntegerType, LongType, ShortType, StringType
 
 from pipeline.errors import ErrorCode, ReplogError
-from pipeline.partitioner import partition_for_key
+from pipeline.data.partitioner import partition_for_key
 from pipeline.runtime import compiled_expressions
 from pipeline.schemas import ACKS_ALL, INBOX_SCHEMA
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from pipeline import groups
-from pipeline.consume import check_group, committed_offsets
+from pipeline.control import groups
+from pipeline.consume.fetch import check_group, committed_offsets
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.storage import views
 

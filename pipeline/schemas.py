@@ -78,7 +78,7 @@ INBOX_SCHEMA = _s(
     ("producer_id", LongType(), True),
     ("producer_epoch", IntegerType(), True),
     ("sequence", IntegerType(), True),
-    # who sent it (client quotas, pipeline/quotas.py): Kafka's client.id and authenticated user
+    # who sent it (client quotas, pipeline/control/quotas.py): Kafka's client.id and authenticated user
     ("client_id", StringType(), True),
     ("user", StringType(), True),
 )
@@ -283,7 +283,7 @@ CLEANER_RUNS_SCHEMA = _s(
     ("uncleanable_partitions", LongType(), False),  # replicas on a log the pass could not read or write
 )
 
-# Append-only: the ranges each micro-batch of a consumer's stream read (pipeline/stream.py), so a
+# Append-only: the ranges each micro-batch of a consumer's stream read (pipeline/consume/stream.py), so a
 # batch Spark runs again reads the same records.
 STREAM_BATCHES_SCHEMA = _s(
     ("consumer_id", StringType(), False),

@@ -1,9 +1,9 @@
-"""Carried rows (pipeline/carry.py): a pinned base and the rows changed since, read by key."""
+"""Carried rows (pipeline/round/carry.py): a pinned base and the rows changed since, read by key."""
 
 from chispa import assert_df_equality
 
-from pipeline import carry
-from pipeline.carry import Keyed
+from pipeline.round import carry
+from pipeline.round.carry import Keyed
 
 SCHEMA = "topic string, partition int, broker int, leo long"
 KEYS = ["topic", "partition", "broker"]

@@ -1,11 +1,11 @@
-"""The log cleaner's rules (pipeline/cleaner.py) with exact frames: what is cleanable, what a clean
+"""The log cleaner's rules (pipeline/control/cleaner.py) with exact frames: what is cleanable, what a clean
 removes from a replica, and the tombstone horizon."""
 
 from chispa import assert_df_equality
 
-from pipeline.cleaner import cleanable_offsets, compacted_away, next_cleaner_state
+from pipeline.control.cleaner import cleanable_offsets, compacted_away, next_cleaner_state
 from pipeline.config import LONG_MAX
-from pipeline.replication import RECORD_OVERHEAD_BYTES
+from pipeline.control.replication import RECORD_OVERHEAD_BYTES
 
 S = 2 + RECORD_OVERHEAD_BYTES  # one record: a 1-byte key and a 1-byte value
 LEADER_COLS = ("topic string, partition int, offset long, timestamp long, key binary, value binary, "

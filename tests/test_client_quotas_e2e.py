@@ -8,7 +8,7 @@ from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
-from pipeline.replication import RECORD_OVERHEAD_BYTES
+from pipeline.control.replication import RECORD_OVERHEAD_BYTES
 
 KB = 1000 - RECORD_OVERHEAD_BYTES  # a value whose record counts exactly 1000 bytes
 

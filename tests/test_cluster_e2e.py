@@ -5,7 +5,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from pipeline import Cluster
-from pipeline.partitioner import partition_for_key
+from pipeline.data.partitioner import partition_for_key
 
 DESCRIBE_COLS = ["topic", "partition", "leader", "leader_epoch", "replicas", "isr", "high_watermark",
                  "log_end_offset", "log_start_offset"]

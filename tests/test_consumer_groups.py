@@ -6,7 +6,7 @@ from chispa import assert_df_equality
 
 from pipeline import ManualClock
 from pipeline.errors import ReplogError
-from pipeline.groups import group_start_offsets, partitions_without_offset
+from pipeline.control.groups import group_start_offsets, partitions_without_offset
 
 STATE = "topic string, partition int, log_start_offset long, high_watermark long, log_end_offset long"
 COMMITTED = "topic string, partition int, committed_offset long"

@@ -5,7 +5,7 @@ followers, and Kafka's leader-epoch lookup table (PartitionTest.testLastFetchedO
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from pipeline.controller import (diverging_epoch, elect_leaders, elect_preferred_leaders, end_offset_for_epoch, epoch_cache,
+from pipeline.control.controller import (diverging_epoch, elect_leaders, elect_preferred_leaders, end_offset_for_epoch, epoch_cache,
                                  expired_broker_sessions, new_leader_high_watermark,
                                  reset_followers_for_new_leader, truncation_offset)
 

@@ -160,7 +160,7 @@ def test_a_10_mb_request_of_tiny_records_is_appended_whole(spark, tmp_path):
     """message.max.bytes (Kafka's default 1048588) bounds a record, not a request: a 10 MB produce of
     one-byte values (what a Kafka producer sends as many batches) is appended in one round, each
     record once, at offsets 0..n-1."""
-    from pipeline.replication import RECORD_OVERHEAD_BYTES
+    from pipeline.control.replication import RECORD_OVERHEAD_BYTES
     cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=1, clock=ManualClock(0))
     cluster.create_topic("tiny", partitions=1, replication_factor=1)
     n = 10 * 1024 * 1024 // (1 + RECORD_OVERHEAD_BYTES)  # 476,625 records of 22 bytes each

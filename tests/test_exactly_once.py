@@ -6,7 +6,7 @@ import pytest
 
 from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
-from pipeline.exactly_once import ExactlyOnceOutput
+from pipeline.consume.exactly_once import ExactlyOnceOutput
 
 
 @pytest.fixture(scope="module")

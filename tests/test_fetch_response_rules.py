@@ -7,7 +7,7 @@ import numpy as np
 
 from pipeline.control.fetch_response import batches_taken
 from pipeline.control.replication_quota import UNLIMITED, within_replication_quotas
-from pipeline.replication import RECORD_OVERHEAD_BYTES
+from pipeline.control.replication import RECORD_OVERHEAD_BYTES
 
 A = np.array
 SIZE = RECORD_OVERHEAD_BYTES + 10  # a record of a 10-byte value

@@ -9,7 +9,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from pipeline.errors import ErrorCode
-from pipeline.fetch_session import (EVICTION_MS, FINAL_EPOCH, INITIAL_EPOCH, MAX_EPOCH, Handle, Session, follow_up,
+from pipeline.control.session_cache import (EVICTION_MS, FINAL_EPOCH, INITIAL_EPOCH, MAX_EPOCH, Handle, Session, follow_up,
                                     must_respond, new_context, new_session_id, next_epoch, replica_fetcher,
                                     round_contexts, sessions_from_json, sessions_to_json, try_evict)
 

@@ -3,7 +3,7 @@
 from chispa import assert_df_equality
 
 from pipeline import Cluster, ManualClock
-from pipeline.producer_state import batches_in_leader_log, check_producer_sequences, producer_batches, retained_batches
+from pipeline.control.producer_state import batches_in_leader_log, check_producer_sequences, producer_batches, retained_batches
 
 ROWS = ("request_id string, topic string, partition int, _commit_version long, producer_id long, "
         "producer_epoch int, sequence int")

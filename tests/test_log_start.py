@@ -5,8 +5,8 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock, ReplogError
-from pipeline.log_start import retention_log_start_offsets
-from pipeline.replication import RECORD_OVERHEAD_BYTES
+from pipeline.control.log_start import retention_log_start_offsets
+from pipeline.control.replication import RECORD_OVERHEAD_BYTES
 
 LOG = ("topic string, partition int, offset long, timestamp long, key binary, value binary, log_end_offset long, "
        "retention_ms long, retention_bytes long")

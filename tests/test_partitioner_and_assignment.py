@@ -2,8 +2,8 @@
 
 import pytest
 
-from pipeline.assignment import assign_replicas
-from pipeline.partitioner import murmur2, partition_for_key
+from pipeline.control.assignment import assign_replicas
+from pipeline.data.partitioner import murmur2, partition_for_key
 
 # Kafka clients UtilsTest.testMurmur2
 MURMUR2_CASES = [

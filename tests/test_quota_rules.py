@@ -1,12 +1,12 @@
-"""Client quota rules (pipeline/quotas.py): Kafka's precedence of quota entities, its windowed rate
+"""Client quota rules (pipeline/control/quotas.py): Kafka's precedence of quota entities, its windowed rate
 and throttle time, and which produce requests a round serves under a quota."""
 
 import pytest
 from chispa import assert_df_equality
 
-from pipeline import quotas
+from pipeline.control import quotas
 from pipeline.errors import ReplogError
-from pipeline.quotas import DEFAULT, WindowedRate
+from pipeline.control.quotas import DEFAULT, WindowedRate
 
 
 def test_the_most_specific_entity_wins_in_kafkas_order():

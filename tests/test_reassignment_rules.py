@@ -4,7 +4,7 @@ bootstrapping replica that unclean election passes over."""
 
 from chispa import assert_df_equality
 
-from pipeline.controller import complete_reassignments, elect_leaders, start_reassignments
+from pipeline.control.controller import complete_reassignments, elect_leaders, start_reassignments
 
 COLS = ("topic string, partition int, leader int, leader_epoch int, partition_epoch int, replicas array<int>, "
         "isr array<int>, adding_replicas array<int>, removing_replicas array<int>")

@@ -2,7 +2,7 @@
 
 from chispa import assert_df_equality
 
-from pipeline.replication import validate_produce_requests
+from pipeline.control.replication import validate_produce_requests
 
 
 INBOX_COLS = ("request_id string, record_index long, topic string, partition int, key binary, value binary, "

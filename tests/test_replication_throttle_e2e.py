@@ -5,7 +5,7 @@ throttled too) keep up and acks=all requests go on committing."""
 from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
-from pipeline.replication import RECORD_OVERHEAD_BYTES
+from pipeline.control.replication import RECORD_OVERHEAD_BYTES
 
 EPOCH_MS = 1_700_000_000_000
 RATE = 10 * 1024  # bytes per second

@@ -8,7 +8,7 @@ from pyspark.sql import functions as F
 
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control.state import PARTITION_STATE_SCHEMA
-from pipeline.replication import RECORD_OVERHEAD_BYTES
+from pipeline.control.replication import RECORD_OVERHEAD_BYTES
 from pipeline.round.control_job import produce_results
 from pipeline.round import Carry, table_versions
 from pipeline.round import run as round_run

@@ -1,4 +1,4 @@
-"""A topic consumed by a Structured Streaming query (pipeline/stream.py): each micro-batch gets the
+"""A topic consumed by a Structured Streaming query (pipeline/consume/stream.py): each micro-batch gets the
 committed records its consumer has not processed, and a batch that fails, before or after its sink
 wrote, is run again by Spark with the same records, so an idempotent Delta sink holds every record
 once."""

@@ -1,16 +1,22 @@
 """When a produce request is answered (Kafka's DelayedProduce): acks=0 and acks=1 once the leader
 appended, acks=all once the HW passed the request's last offset, or with
-NOT_ENOUGH_REPLICAS_AFTER_APPEND once the ISR fell under min.insync.replicas."""
+NOT_ENOUGH_REPLICAS_AFTER_APPEND once the ISR fell under min.insync.replicas (request_status);
+and a pending request whose partition's leader changed (fail_on_leader_change)."""
 
 from __future__ import annotations
 
 import numpy as np
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
-from pipeline.acks import STATUS_ACKED, STATUS_ERROR, STATUS_PENDING
 from pipeline.errors import ErrorCode
 from pipeline.schemas import ACKS_ALL
 
-__all__ = ["request_status"]
+__all__ = ["STATUS_PENDING", "STATUS_ACKED", "STATUS_ERROR", "request_status", "fail_on_leader_change"]
+
+STATUS_PENDING = "pending"
+STATUS_ACKED = "acked"
+STATUS_ERROR = "error"
 
 
 def request_status(error: np.ndarray, acks: np.ndarray, last_offset: np.ndarray, high_watermark: np.ndarray,
@@ -27,3 +33,14 @@ def request_status(error: np.ndarray, acks: np.ndarray, last_offset: np.ndarray,
     code = np.where(refused, error, np.where(waits & under_min_isr & ~refused,
                                              ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, None)).astype(object)
     return status, code
+
+
+def fail_on_leader_change(pending_df: DataFrame, new_leaders_df: DataFrame) -> DataFrame:
+    """Pending acks=-1 requests on a partition whose leader changed: Kafka's DelayedProduce
+    completes them with NOT_LEADER_OR_FOLLOWER, since the records they wait for may not be on the
+    new leader (a producer retries; an idempotent one without duplicates). Records of theirs that the
+    new leader does hold stay at their offsets and become committed with the rest.
+    pending_df: result rows with status pending; new_leaders_df: topic, partition."""
+    return (pending_df.join(new_leaders_df.select("topic", "partition"), on=["topic", "partition"], how="left_semi")
+            .withColumn("status", F.lit(STATUS_ERROR))
+            .withColumn("error_code", F.lit(ErrorCode.NOT_LEADER_OR_FOLLOWER)))

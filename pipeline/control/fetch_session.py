@@ -2,7 +2,7 @@
 which partitions an incremental fetch request carries, which its response must carry, and the
 leader's cached partition after responding (Kafka's FetchSessionHandler and CachedPartition).
 
-The per-session half (ids, epochs, the cache's slots and evictions) is pipeline/fetch_session.py's,
+The per-session half (ids, epochs, the cache's slots and evictions) is pipeline/control/session_cache.py's,
 run by the driver before the round: the control job gets what the leader made of each request as
 `RoundContext.fetch_contexts`."""
 

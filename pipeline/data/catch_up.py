@@ -13,7 +13,7 @@ from typing import Callable
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from pipeline.replication import record_size
+from pipeline.control.replication import record_size
 from pipeline.schemas import LOG_SCHEMA, PARTITION_KEY
 
 __all__ = ["lagging_ranges", "read_lagging_ranges", "with_reads"]

@@ -15,7 +15,7 @@ from typing import Callable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipeline.acks import STATUS_PENDING
+from pipeline.control.acks import STATUS_PENDING
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control.state import PARTITION_STATE_SCHEMA
 from pipeline.data.append import log_rows

@@ -1,4 +1,4 @@
-"""Client quotas in the round (KIP-13's producer_byte_rate, pipeline/quotas.py's rules): which of
+"""Client quotas in the round (KIP-13's producer_byte_rate, pipeline/control/quotas.py's rules): which of
 the round's produce requests its clients' quotas let through, which wait in the inbox, and the
 throttle time a served request answers with."""
 
@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from pipeline import quotas
-from pipeline import replication as rules
-from pipeline.carry import pinned_without_history
+from pipeline.control import quotas
+from pipeline.control import replication as rules
+from pipeline.round.carry import pinned_without_history
 from pipeline.round.inputs import REQUEST_KEY, RoundInputs
 from pipeline.storage import Storage, current_rows
 

@@ -20,11 +20,11 @@ from pyspark.sql import functions as F
 
 from pipeline.control import partition_health
 from pipeline.control.fetch_round import RoundContext, fetch_round_and_sessions
-from pipeline.acks import STATUS_ACKED, STATUS_ERROR, STATUS_PENDING
+from pipeline.control.acks import STATUS_ACKED, STATUS_ERROR, STATUS_PENDING
 from pipeline.control.state import CONTROL_OUTPUT_SCHEMA, REQUEST_SUMMARY_SCHEMA, SESSION_ARRAYS, padded
 from pipeline.errors import ErrorCode
-from pipeline.producer_state import check_producer_sequences, producer_batches, retained_batches
-from pipeline.replication import producer_fields_agree, record_size, validate_produce_requests
+from pipeline.control.producer_state import check_producer_sequences, producer_batches, retained_batches
+from pipeline.control.replication import producer_fields_agree, record_size, validate_produce_requests
 from pipeline.schemas import REPLICA_KEY
 from pipeline.runtime import without_size_estimate
 from pipeline.storage import current_rows

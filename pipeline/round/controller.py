@@ -4,7 +4,7 @@ A v2 round runs it before its control job, and only when there is something to d
 fence or unfence (Kafka's controller elects leaders without it, then with it back), a preferred
 leader election asked, or a follower that fetches this round and has not checked its log against
 its leader's current epoch. The rules are the controller's and the leader epoch's
-(pipeline/controller.py), on the replica rows of the tables; the wave hands the control job the
+(pipeline/control/controller.py), on the replica rows of the tables; the wave hands the control job the
 partition state after them.
 
 A follower's check follows Kafka's fetcher: it sends the epoch of its last record, the leader
@@ -32,9 +32,9 @@ from functools import reduce
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from pipeline import controller as ctl
-from pipeline.carry import Keyed, pinned
-from pipeline.controller import NO_LEADER
+from pipeline.control import controller as ctl
+from pipeline.round.carry import Keyed, pinned
+from pipeline.control.controller import NO_LEADER
 from pipeline.round.inputs import RoundInputs
 from pipeline.round.reads import fetch_pairs, partition_meta, read_replicas, serving, serving_brokers
 from pipeline.schemas import ELECTIONS_SCHEMA, PARTITION_KEY, PARTITIONS_SCHEMA, REPLICA_KEY, REPLICA_STATE_SCHEMA

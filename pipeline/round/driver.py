@@ -9,8 +9,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from pipeline import brokers as broker_ops
-from pipeline import consumer, controller
-from pipeline import fetch_session as sessions
+from pipeline.consume import sessions as consumer
+from pipeline.control import controller
+from pipeline.control import session_cache as sessions
 from pipeline.config import LONG_MAX
 from pipeline.errors import LogDirFailure
 from pipeline.metadata_cache import broker_state

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from pyspark.sql import SparkSession
 
-from pipeline import fetch_session as sessions
+from pipeline.control import session_cache as sessions
 from pipeline.schemas import ROUNDS_SCHEMA
 from pipeline.storage import Storage
 
@@ -103,7 +103,7 @@ class RoundInputs:
     # KIP-73 replication quotas: ("leader" | "follower", broker) -> bytes that broker may still move
     # for throttled replicas this round (absent: unlimited); see round/driver.py's _throttle_budgets
     throttle_budgets: dict = field(default_factory=dict)
-    # client quotas (pipeline/quotas.py): (user, client_id) pairs -> their produce quota's sensor
+    # client quotas (pipeline/control/quotas.py): (user, client_id) pairs -> their produce quota's sensor
     # rows (ClusterCore.quota_sensors; None: no producer_byte_rate is configured), and the requests
     # the last round left waiting (None: unknown, 0: none)
     quota_sensors: Callable[[list[tuple]], list[tuple]] | None = None

@@ -11,9 +11,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from pipeline import acks as acks_rules
-from pipeline import fetch_session as sessions
-from pipeline import log_start
+from pipeline.control import acks as acks_rules
+from pipeline.control import session_cache as sessions
+from pipeline.control import log_start
 from pipeline.control.topic_config import effective_setting_sql
 from pipeline.round.inputs import REQUEST_KEY, RoundInputs
 from pipeline.schemas import NO_LEADER, PARTITION_KEY

@@ -13,13 +13,13 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline import acks as acks_rules
-from pipeline import fetch_session as sessions
-from pipeline.acks import STATUS_PENDING
+from pipeline.control import acks as acks_rules
+from pipeline.control import session_cache as sessions
+from pipeline.control.acks import STATUS_PENDING
 from pipeline.control.fetch_round import RoundContext
 from pipeline.control.fetch_session import NO_SESSION, UNKNOWN
 from pipeline.control.state import SESSION_ARRAYS
-from pipeline.producer_state import batches_in_leader_log
+from pipeline.control.producer_state import batches_in_leader_log
 from pipeline.round.active import Laps, RoundTables, run_active_round
 from pipeline.round.client_quotas import apply_client_quotas, deferred_requests, with_throttle_time
 from pipeline.round.control_job import partition_state_from_tables, produce_results, producer_checks

@@ -6,7 +6,7 @@ from pyspark.sql import SparkSession
 
 from pipeline.control.topic_config import effective_setting_sql
 from pipeline.storage.locations import log_problem
-from pipeline.replication import RECORD_OVERHEAD_BYTES
+from pipeline.control.replication import RECORD_OVERHEAD_BYTES
 from pipeline.schemas import REPLICA_KEY
 from pipeline.storage import Storage, current_rows_sql
 

@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from pipeline import consumer
+from pipeline.consume import sessions as consumer
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.schemas import PARTITION_KEY
 

@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Any, Mapping
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipeline import consumer, groups, quotas
+from pipeline.consume import sessions as consumer
+from pipeline.control import groups
+from pipeline.control import quotas
 from pipeline.errors import ErrorCode, ReplogError
 from pipeline.produce import check_client
-from pipeline.replication import record_size
+from pipeline.control.replication import record_size
 from pipeline.round.driver import round_sessions
 from pipeline.schemas import GROUP_OFFSETS_SCHEMA
 

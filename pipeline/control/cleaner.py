@@ -46,7 +46,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from pipeline.config import compacted, effective_topic_config
-from pipeline.replication import record_size
+from pipeline.control.replication import record_size
 from pipeline.schemas import CLEANER_RUNS_SCHEMA, CLEANER_SCHEMA, PARTITION_KEY, REPLICA_KEY
 from pipeline.storage import Storage
 

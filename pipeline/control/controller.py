@@ -13,7 +13,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from pipeline.replication import reset_replica_state
+from pipeline.control.replication import reset_replica_state
 from pipeline.schemas import NO_LEADER, PARTITION_KEY
 
 __all__ = [

@@ -22,7 +22,7 @@ from typing import Callable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipeline import fetch_session as sessions
+from pipeline.control import session_cache as sessions
 from pipeline.schemas import CLIENT_SESSIONS_SCHEMA, CONSUMER_POSITIONS_SCHEMA, PARTITION_KEY
 from pipeline.storage import Storage
 
