@@ -14,22 +14,19 @@ __all__ = ["FAST_CONFS", "COMPILED_EXPRESSIONS", "settings_restored", "compiled_
 FAST_CONFS = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    # one task per shuffle: a round's shuffles carry its working set, not the log; measured side by
-    # side, a round of 1,000 records into 100 partitions took 3.78 s with 1 and 4.32 s with 2, and
-    # a round appending 500,000 records 36.5 s against 32.3 s (on a cluster: the executor cores)
+    # one task per shuffle: a round's shuffles carry its working set, not the log (on a cluster:
+    # the executor cores). Every setting's figures: docs/benchmarks.md, "The session's settings"
     "spark.sql.shuffle.partitions": "1",
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
     "spark.databricks.delta.stats.collect": "true",
     "spark.log.structuredLogging.enabled": "false",
     # A round is many small queries over little data, each planned once per round; what it pays for
-    # is planning, not rows (jobs/profile_round.py, 100 partitions, 1,000 records a round, 2 cores):
-    # - adaptive execution re-plans each shuffle as a job of its own (round 7.9 s -> 6.1 s without);
+    # is planning, not rows:
+    # - adaptive execution re-plans each shuffle as a job of its own;
     # - generated code is compiled anew every round, because the round's time and id are literals
-    #   in it (~20 Janino compiles a round, 30-150 ms each); interpreted expressions compile nothing
-    #   (0 compiles a round after the first; 6.0 s -> 5.4 s);
-    # - PySpark's DataFrame debugging sends the call site to the JVM around every functions.* call
-    #   (~6 py4j calls each, ~4,000 a round);
+    #   in it; interpreted expressions compile nothing;
+    # - PySpark's DataFrame debugging sends the call site to the JVM around every functions.* call;
     # - MERGE need not copy its source first: every source a round merges is pinned (deterministic).
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.codegen.wholeStage": "false",
@@ -37,8 +34,8 @@ FAST_CONFS = {
     "spark.python.sql.dataFrameDebugging.enabled": "false",
     "spark.databricks.delta.merge.materializeSource": "none",
     # Hadoop's local file system, without its native library, forks a `chmod` for every file it
-    # creates and a `readlink` for every rename (~340 processes a round, ~3 ms each on 2 cores):
-    # its raw variant writes no .crc side files and Delta no checksum file, so far fewer of them
+    # creates and a `readlink` for every rename: its raw variant writes no .crc side files and
+    # Delta no checksum file, so far fewer of them
     "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
     "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
     "spark.databricks.delta.writeChecksumFile.enabled": "false",
@@ -49,9 +46,7 @@ FAST_CONFS = {
 }
 
 
-# Compiled expressions, for work on many rows (FAST_CONFS interprets them: a round's data is small).
-# A produce() of 1,000,000 rows took 25-32 s interpreted and 3-5 s compiled, side by side in one
-# process
+# Compiled expressions, for work on many rows (FAST_CONFS interprets them: a round's data is small)
 COMPILED_EXPRESSIONS = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
 
 
