@@ -47,15 +47,15 @@ def test_of_two_claims_from_the_same_epoch_the_later_one_is_refused_before_its_r
     first.create_topic("t", partitions=1, replication_factor=1)
     first.run_round()
     late, quick = Cluster.open(spark, root, clock=clock), Cluster.open(spark, root, clock=clock)
-    read_epoch = late._lease_row
+    read_epoch = late.core.lease._row
 
     def epoch_then_taken():  # `late` reads epoch 1, then `quick` claims epoch 2 before late's MERGE
         row = read_epoch()
-        late._lease_row = read_epoch
+        late.core.lease._row = read_epoch
         quick.run_round()
         return row
 
-    late._lease_row = epoch_then_taken
+    late.core.lease._row = epoch_then_taken
     versions = {t: first.storage.version(t) for t in ("rounds", "replica_state", "partitions", "results")}
     with pytest.raises(ReplogError) as refused:
         late.run_round()
