@@ -164,7 +164,7 @@ def test_the_model_steps_a_round_the_soak_killed_after_its_last_commit_seed_6(sp
     the next but one, and the model, stepped once, was a round behind (a follower that learns the
     HW a round after the leader moves it had learned it on the cluster, not in the model). The
     model now steps every round the rounds table holds since the last it stepped."""
-    from tests.soak.soak import Crash
+    from tests.soak.faults import Crash
     soak = Lockstep(spark, str(tmp_path / "c"), seed=6)
     leader = _leader(soak)
     slow = next(b for b in range(3) if b != leader)
