@@ -31,6 +31,8 @@ def test_an_operator_session(tmp_path):
     root = str(tmp_path / "cluster")
     created = replog("cluster", "--create", "--brokers", "3", "--root", root)
     assert created.returncode == 0, created.stderr[-2000:]
+    # quiet by default: the JVM's, log4j's and Hadoop's lines are hidden, --verbose shows them
+    assert created.stdout == f"Created a cluster of 3 brokers at {root}.\n" and created.stderr == ""
 
     topic = replog("topics", "--create", "--topic", "orders", "--partitions", "2", "--replication-factor", "3",
                    "--config", "min.insync.replicas=2", root=root)  # --root from $REPLOG_ROOT
@@ -54,7 +56,9 @@ def test_an_operator_session(tmp_path):
     assert sum(int(line.split("HighWatermark: ")[1].split("\t")[0]) for line in described[1:]) == 3
 
     healthy = replog("topics", "--describe", "--under-replicated-partitions", root=root)
-    assert healthy.returncode == 0 and healthy.stdout == ""
+    assert healthy.returncode == 0 and healthy.stdout == "" and healthy.stderr == ""
+    loud = replog("topics", "--describe", "--under-replicated-partitions", "--verbose", root=root)
+    assert loud.returncode == 0 and loud.stdout == "" and "log4j" in loud.stderr
 
     consumed = replog("consume", "--topic", "orders", "--from-beginning", "--print-key", root=root)
     assert sorted(consumed.stdout.splitlines()) == ["k1\tfirst", "k2\tsecond", "null\tthird"]
@@ -67,16 +71,16 @@ def test_an_operator_session(tmp_path):
     from_archive = [sum("source: shared objects file (top)" in line for line in log.open())
                     for log in tmp_path.glob("classes-*.log")]
     assert max(from_archive) > 5000, from_archive
-    brokers = replog("brokers", root=root).stdout.splitlines()
-    assert brokers == ["Broker\tState\tFetcher\tLeaders\tLocation"] + [
-        f"{b}\trunning\trunning\t{n}\t{root}/brokers/{b}" for b, n in ((0, 1), (1, 1), (2, 0))]
+    brokers = [line.split() for line in replog("brokers", root=root).stdout.splitlines()]
+    assert brokers == [["BROKER", "STATE", "FETCHER", "LEADERS", "LOCATION", "LOG-DIR-FAILURE"]] + [
+        [str(b), "running", "running", str(n), f"{root}/brokers/{b}", "-"] for b, n in ((0, 1), (1, 1), (2, 0))]
 
     # each leader caches one privileged session per follower, opened by the round's full requests
     # (the epoch expected next: 1) and used once more by the follow-up fetches of the followers of a
     # partition that took records (2): both followers of a leader's one partition alike
-    sessions = [line.split("\t") for line in replog("sessions", root=root).stdout.splitlines()]
-    assert sessions[0] == ["Leader", "Fetcher", "Type", "SessionId", "Epoch", "Partitions", "CreatedMs",
-                           "LastUsedMs"]
+    sessions = [line.split() for line in replog("sessions", root=root).stdout.splitlines()]
+    assert sessions[0] == ["LEADER", "FETCHER", "TYPE", "SESSION-ID", "EPOCH", "PARTITIONS", "CREATED-MS",
+                           "LAST-USED-MS"]
     assert [(s[0], s[1], s[2], s[5]) for s in sessions[1:]] == [
         ("0", "replica-1", "follower", "1"), ("0", "replica-2", "follower", "1"),
         ("1", "replica-0", "follower", "1"), ("1", "replica-2", "follower", "1")]
@@ -88,14 +92,14 @@ def test_an_operator_session(tmp_path):
     # kafka-consumer-groups: a dry run commits nothing; --execute does
     dry = replog("consumer-groups", "--reset-offsets", "--group", "billing", "--topic", "orders", "--to-offset", "1",
                  root=root)
-    assert dry.stdout.splitlines() == ["GROUP\tTOPIC\tPARTITION\tNEW-OFFSET", "billing\torders\t0\t1",
-                                       "billing\torders\t1\t1"] and "dry run" in dry.stderr
+    assert dry.stdout.splitlines() == ["GROUP   TOPIC  PARTITION NEW-OFFSET", "billing orders 0         1",
+                                       "billing orders 1         1"] and "dry run" in dry.stderr
     assert replog("consumer-groups", "--list", root=root).stdout == ""
     reset = replog("consumer-groups", "--reset-offsets", "--group", "billing", "--topic", "orders", "--to-offset", "1",
                    "--execute", root=root)
     assert reset.returncode == 0, reset.stderr[-2000:]
     assert replog("consumer-groups", "--list", root=root).stdout == "billing\n"
-    lag = [line.split("\t") for line in replog("consumer-groups", "--describe", "--group", "billing",
+    lag = [line.split() for line in replog("consumer-groups", "--describe", "--group", "billing",
                                                  root=root).stdout.splitlines()]
     assert lag[0] == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"]
     assert [(r[2], r[3]) for r in lag[1:]] == [("0", "1"), ("1", "1")]
@@ -211,10 +215,10 @@ def test_brokers_on_locations_of_their_own_and_one_that_fails(tmp_path):
     import shutil
     shutil.rmtree(disks[0])  # broker 0 leads t-0
     assert replog("run", "--rounds", "3", root=root).returncode == 0
-    listed = replog("brokers", root=root).stdout.splitlines()
-    assert listed[1] == f"0\tfenced\trunning\t0\t{disks[0]}"
-    assert listed[2] == f"\tlog directory failed: the log of broker 0 at {disks[0]}/log is gone (not a Delta table)"
-    assert [line.split("\t")[3] for line in listed[3:]] == ["1", "0"]  # broker 1 leads t-0 now
+    listed = [line.split(None, 5) for line in replog("brokers", root=root).stdout.splitlines()]
+    assert listed[1] == ["0", "fenced", "running", "0", disks[0],
+                         f"the log of broker 0 at {disks[0]}/log is gone (not a Delta table)"]
+    assert [line[3] for line in listed[2:]] == ["1", "0"]  # broker 1 leads t-0 now
     consumed = replog("consume", "--topic", "t", "--from-beginning", root=root)
     assert consumed.stdout.splitlines() == ["a", "b"]
 

@@ -21,17 +21,25 @@
     replog consumer-groups --list | --describe --group G
                     | --reset-offsets --group G --topic T (--to-earliest | --to-latest | --to-offset N) [--execute]
 
-Every command takes --root PATH (default: $REPLOG_ROOT). Errors print one line, `replog: CODE:
-message`, and exit 1; bad arguments exit 2.
+    replog produce-results [--request ID] [--topic T]
+    replog sql "SELECT ... FROM replog.committed ..."   (the replog.* views)
+
+Every command takes --root PATH (default: $REPLOG_ROOT), before or after the command, and
+--verbose (the JVM's and Spark's log lines, which are hidden otherwise); listings take --output
+json (one JSON object per line). Errors print one line, `replog: CODE: message` with Kafka's
+error name, and exit 1; bad arguments exit 2.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
+import traceback
 
-from pipeline.cli.commands import FILTERS, config_list, describe_line, describe_lines, reassignment_json
+from pipeline.cli.commands import FILTERS, UsageError, config_list, describe_line, describe_lines, reassignment_json
 from pipeline.cli.parser import build_parser
-from pipeline.errors import ReplogError
+from pipeline.errors import ErrorCode, ReplogError
 
 __all__ = ["main", "FILTERS", "config_list", "describe_line", "describe_lines", "reassignment_json"]
 
@@ -39,20 +47,46 @@ __all__ = ["main", "FILTERS", "config_list", "describe_line", "describe_lines", 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser(__doc__)
     args = parser.parse_args(argv)
+    args.root = args.root or os.environ.get("REPLOG_ROOT")
     if not args.root:
         parser.error("--root is required (or set REPLOG_ROOT)")
     if getattr(args, "rounds", None) is not None and args.rounds < 1:
         parser.error("--rounds must be >= 1")
+    if not args.verbose:
+        logging.disable(logging.CRITICAL)  # PySpark's own loggers (a failed query's context, as JSON)
+    try:
+        return _run(args)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _run(args) -> int:
     from pipeline.runtime import SparkSetupError
     try:
+        _check_root(args)
         args.run(args)
-    except ReplogError as err:
+    except UsageError as err:
+        print(f"replog {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except (ReplogError, SparkSetupError, ValueError) as err:
         print(f"replog: {err}", file=sys.stderr)
         return 1
-    except SparkSetupError as err:
-        print(f"replog: {err}", file=sys.stderr)
-        return 1
-    except ValueError as err:
-        print(f"replog: {err}", file=sys.stderr)
+    except Exception as err:  # a JVM or Spark failure the commands do not name: one line, or all of it
+        if args.verbose:
+            traceback.print_exc()
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        print(f"replog: {ErrorCode.UNKNOWN_SERVER_ERROR}: {type(err).__name__}: {first}"
+              + ("" if args.verbose else " (--verbose shows more)"), file=sys.stderr)
         return 1
     return 0
+
+
+def _check_root(args) -> None:
+    """A local root that holds no cluster is reported before a JVM starts (a URI is checked by
+    Cluster.open, through Spark)."""
+    from pipeline.storage.tables import is_uri
+    if args.command == "cluster" or is_uri(args.root):
+        return
+    if not os.path.isdir(os.path.join(args.root, "cluster", "cluster", "_delta_log")):
+        raise ReplogError(ErrorCode.CLUSTER_NOT_FOUND,
+                          f"{os.path.abspath(args.root)} holds no cluster (create one: replog cluster --create)")

@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from contextlib import contextmanager
 from typing import Any, Iterator
 
+from pipeline.cli.output import emit, json_line
 from pipeline.errors import ErrorCode, ReplogError
+
+
+class UsageError(Exception):
+    """Flags that do not go together: `replog <command>: error: ...` and exit 2, as argparse."""
 
 # kafka-topics --describe's filters, by control/partition_health.py's definitions (looked up when
 # used: that module needs numpy, which a command that starts no JVM never loads); as kafka-topics
@@ -36,7 +43,34 @@ _LONG_RUNNING = {"run", "maintain"}
 
 def _spark(args: argparse.Namespace):
     from pipeline.runtime import get_spark
-    return get_spark(app_name="replog-cli", short_lived=args.command not in _LONG_RUNNING)
+    with _jvm_output_hidden(not args.verbose):
+        spark = get_spark(app_name="replog-cli", short_lived=args.command not in _LONG_RUNNING)
+    if args.verbose:
+        spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+@contextmanager
+def _jvm_output_hidden(hide: bool) -> Iterator[None]:
+    """Starts the JVM with its stdout and stderr on /dev/null: its launcher's, log4j's and Hadoop's
+    lines (and those of the Python workers it forks) never reach the terminal, while this process
+    prints as before. Spark's errors still come back through Py4J as exceptions."""
+    if not hide:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
 
 
 def _open(args: argparse.Namespace):
@@ -49,7 +83,7 @@ def _open(args: argparse.Namespace):
 def cmd_cluster(args: argparse.Namespace) -> None:
     from pipeline.cluster import Cluster
     if not args.create:
-        raise SystemExit("replog cluster: say --create")
+        raise UsageError("say --create")
     from pipeline.config import read_properties
     try:
         config = {**(read_properties(args.conf_file) if args.conf_file else {}), **_config(args.config)}
@@ -63,20 +97,26 @@ def cmd_cluster(args: argparse.Namespace) -> None:
 
 def describe_lines(cluster: Any, args: argparse.Namespace) -> Iterator[str]:
     """Kafka's describe lines, streamed partition by partition (the driver never holds them all)."""
-    from pipeline.control.partition_health import SQL
-    df = cluster.describe(args.topic)
-    for flag, names in FILTERS.items():
-        if getattr(args, flag):
-            df = df.filter(" OR ".join(f"({SQL[name]})" for name in names))
+    df = _described(cluster, args)
     topics = {r["topic"]: r for r in cluster.topics().collect()}  # one row per topic
     headers = not any(getattr(args, f) for f in FILTERS)
     current = None
-    for r in df.orderBy("topic", "partition").toLocalIterator():
+    for r in df.toLocalIterator():
         if headers and r["topic"] != current:
             current, t = r["topic"], topics[r["topic"]]
             yield (f"Topic: {t['topic']}\tPartitionCount: {t['partitions']}\t"
                    f"ReplicationFactor: {t['replication_factor']}\tConfigs: {_configs(t['config'])}")
         yield describe_line(r)
+
+
+def _described(cluster: Any, args: argparse.Namespace) -> Any:
+    """describe()'s partitions under the --describe filters, in topic and partition order."""
+    from pipeline.control.partition_health import SQL
+    df = cluster.describe(args.topic)
+    for flag, names in FILTERS.items():
+        if getattr(args, flag):
+            df = df.filter(" OR ".join(f"({SQL[name]})" for name in names))
+    return df.orderBy("topic", "partition")
 
 
 def describe_line(r: Any) -> str:
@@ -98,13 +138,16 @@ def cmd_topics(args: argparse.Namespace) -> None:
     cluster = _open(args)
     if args.create:
         if not args.topic:
-            raise SystemExit("replog topics --create: --topic is required")
+            raise UsageError("--create: --topic is required")
         cluster.create_topic(args.topic, partitions=args.partitions, replication_factor=args.replication_factor,
                              config=_config(args.config))
         print(f"Created topic {args.topic}.")
     elif args.list:
-        for r in cluster.topics().orderBy("topic").collect():
-            print(r["topic"])
+        for r in cluster.topics().orderBy("topic").toLocalIterator():
+            print(json_line({"topic": r["topic"]}) if args.output == "json" else r["topic"])
+    elif args.output == "json":
+        for r in _described(cluster, args).toLocalIterator():
+            print(json_line(r.asDict()))
     else:
         for line in describe_lines(cluster, args):
             print(line)
@@ -131,9 +174,63 @@ def cmd_produce(args: argparse.Namespace) -> None:
     print(f"Sent {len(records)} records to {args.topic} (acks={args.acks}), request {request_id}.")
 
 
+RESULT_KEYS = ["request_id", "topic", "partition", "acks", "status", "error_code", "base_offset", "last_offset",
+               "throttle_time_ms"]
+
+
+def cmd_produce_results(args: argparse.Namespace) -> None:
+    """A produce request's status in each partition it wrote (`Cluster.produce_results`): pending
+    until the round acknowledges it, acked with its offsets, error with Kafka's error name, or throttled
+    by a client quota. A request no round has read yet is reported as in the inbox."""
+    cluster = _open(args)
+    df = cluster.produce_results()
+    if args.request:
+        df = df.filter(df.request_id == args.request)
+    if args.topic:
+        df = df.filter(df.topic == args.topic)
+    rows = df.orderBy("request_id", "topic", "partition").toLocalIterator()
+    first = next(rows, None)
+    if first is None and args.request:
+        _unread_request(cluster, args)
+        return
+    emit(args.output, [k.upper().replace("_", "-") for k in RESULT_KEYS], RESULT_KEYS,
+         (r.asDict() for r in _chain(first, rows)))
+
+
+def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    if first is not None:
+        yield first
+        yield from rest
+
+
+def _unread_request(cluster: Any, args: argparse.Namespace) -> None:
+    """A request with no result yet: in the inbox (no round has read it) or unknown."""
+    inbox = cluster.storage.read("inbox")
+    queued = inbox.filter(inbox.request_id == args.request).limit(1).collect()
+    if not queued:
+        raise ReplogError(ErrorCode.INVALID_REQUEST, f"no produce request {args.request} at {cluster.storage.root}")
+    row = {**{k: None for k in RESULT_KEYS}, "request_id": args.request, "topic": queued[0]["topic"],
+           "acks": queued[0]["acks"], "status": "queued"}
+    emit(args.output, [k.upper().replace("_", "-") for k in RESULT_KEYS], RESULT_KEYS, [row])
+
+
+def cmd_sql(args: argparse.Namespace) -> None:
+    """A Spark SQL query over the root's `replog.*` views (replog.committed, replog.partitions,
+    ...), printed as aligned columns or JSON lines: `replog sql "SELECT ..."`."""
+    from pipeline.cluster import Cluster
+    from pyspark.errors import AnalysisException
+    Cluster.open(_spark(args), args.root)  # registers the views
+    try:
+        df = _spark(args).sql(args.query)
+    except AnalysisException as err:  # a parse error too: the user's query, not a failure
+        raise ReplogError(ErrorCode.INVALID_REQUEST, str(err).strip().splitlines()[0]) from None
+    keys = df.columns
+    emit(args.output, keys, keys, (r.asDict() for r in df.toLocalIterator()))
+
+
 def cmd_consume(args: argparse.Namespace) -> None:
     if not args.from_beginning and args.offset is None:
-        raise SystemExit("replog consume: say --from-beginning or --offset N (it reads what is there and exits)")
+        raise UsageError("say --from-beginning or --offset N (it reads what is there and exits)")
     cluster = _open(args)
     df = cluster.read(args.topic, partition=args.partition, from_offset=args.offset, replica=args.replica,
                       isolation=args.isolation)
@@ -204,7 +301,7 @@ def _run_rounds(args: argparse.Namespace, cluster: Any) -> None:
 def cmd_brokers(args: argparse.Namespace) -> None:
     cluster = _open(args)
     if args.dir is not None and not args.add:
-        raise SystemExit("replog brokers: --dir goes with --add")
+        raise UsageError("--dir goes with --add")
     if args.add:
         broker = cluster.add_broker(dir=args.dir)
         print(f"Added broker {broker}" + (f" at {cluster.storage.broker_root(broker)}." if args.dir else "."))
@@ -222,13 +319,12 @@ def cmd_brokers(args: argparse.Namespace) -> None:
         return
     leaders = {r["leader"]: r["n"] for r in cluster.describe().groupBy("leader").count()
                .withColumnRenamed("count", "n").collect()}
-    print("Broker\tState\tFetcher\tLeaders\tLocation")
-    for r in cluster.broker_states().orderBy("broker").collect():  # O(brokers)
-        fetcher = "paused" if r["fetcher_paused"] else "running"
-        state = "decommissioned" if r["decommissioned"] else r["state"]
-        print(f"{r['broker']}\t{state}\t{fetcher}\t{leaders.get(r['broker'], 0)}\t{r['location']}")
-        if r["log_dir_failure"]:
-            print(f"\tlog directory failed: {r['log_dir_failure']}")
+    rows = ({"broker": r["broker"], "state": "decommissioned" if r["decommissioned"] else r["state"],
+             "fetcher": "paused" if r["fetcher_paused"] else "running", "leaders": leaders.get(r["broker"], 0),
+             "location": r["location"], "log_dir_failure": r["log_dir_failure"]}
+            for r in cluster.broker_states().orderBy("broker").collect())  # O(brokers)
+    emit(args.output, ["BROKER", "STATE", "FETCHER", "LEADERS", "LOCATION", "LOG-DIR-FAILURE"],
+         ["broker", "state", "fetcher", "leaders", "location", "log_dir_failure"], rows)
 
 
 def config_list(text: str | None) -> dict[str, str]:
@@ -260,7 +356,7 @@ def _client_quota_entity(args: argparse.Namespace) -> dict[str, str | None] | No
     if not set(types) & {"users", "clients"}:
         return None
     if len(names) != len(types) or len(set(types)) != len(types) or not set(types) <= {"users", "clients"}:
-        raise SystemExit("replog configs: give each --entity-type users|clients (once each) an --entity-name "
+        raise UsageError("give each --entity-type users|clients (once each) an --entity-name "
                          "or --entity-default")
     return {{"users": "user", "clients": "client-id"}[t]: n for t, n in zip(types, names)}
 
@@ -281,28 +377,37 @@ def cmd_configs(args: argparse.Namespace) -> None:
             print(f"Completed updating config for {_entity_text(entity)}.")
             return
         for row in cluster.describe_client_quotas():
+            if row["entity"] == entity and args.output == "json":
+                print(json_line({"entity": entity, "quotas": row["quotas"]}))
+                return
             if row["entity"] == entity:
                 print(f"Quota configs for {_entity_text(entity)} are "
                       + ", ".join(f"{k}={v}" for k, v in sorted(row["quotas"].items())))
                 return
-        print(f"No quota configs for {_entity_text(entity)}.")
+        print(json_line({"entity": entity, "quotas": {}}) if args.output == "json"
+              else f"No quota configs for {_entity_text(entity)}.")
         return
     if len(args.entity_type) != 1:
-        raise SystemExit("replog configs: one --entity-type for topics or brokers")
+        raise UsageError("one --entity-type for topics or brokers")
     entity_type, name = args.entity_type[0], (args.entity_names or [None])[0]
     if entity_type == "topics" and not name:
-        raise SystemExit("replog configs --entity-type topics: --entity-name is required")
+        raise UsageError("--entity-type topics: --entity-name is required")
     if entity_type == "brokers" and (name is not None or not args.entity_names):
-        raise SystemExit("replog configs --entity-type brokers: say --entity-default (configs are cluster-wide)")
+        raise UsageError("--entity-type brokers: say --entity-default (configs are cluster-wide)")
     cluster = _open(args)
     if args.alter:
         cluster.alter_configs(entity_type, name, set=config_list(args.add_config), delete=deletes)
         print(f"Completed updating config for {'topic ' + name if name else 'the broker default'}.")
         return
+    values = {k: str(v).lower() if isinstance(v, bool) else v
+              for k, v in sorted(cluster.describe_configs(entity_type, name).items())}
+    if args.output == "json":
+        print(json_line({"entity_type": entity_type, "entity_name": name, "configs": values}))
+        return
     what = f"topic {name}" if name else "the brokers' default"
     print(f"Dynamic configs for {what} are:")
-    for key, value in sorted(cluster.describe_configs(entity_type, name).items()):
-        print(f"  {key}={str(value).lower() if isinstance(value, bool) else value}")
+    for key, value in values.items():
+        print(f"  {key}={value}")
 
 
 def reassignment_json(text: str) -> dict[tuple[str, int], list[int]]:
@@ -362,37 +467,34 @@ def cmd_sessions(args: argparse.Namespace) -> None:
     df = cluster.fetch_sessions()
     if args.leader is not None:
         df = df.filter(df.leader == args.leader)
-    print("Leader\tFetcher\tType\tSessionId\tEpoch\tPartitions\tCreatedMs\tLastUsedMs")
-    for r in df.orderBy("leader", "privileged", "fetcher").toLocalIterator():  # O(sessions): <= slots per leader
-        kind = "follower" if r["privileged"] else "consumer"
-        print(f"{r['leader']}\t{r['fetcher']}\t{kind}\t{r['session_id']}\t{r['epoch']}\t{r['partitions']}\t"
-              f"{r['created_ms']}\t{r['last_used_ms']}")
+    keys = ["leader", "fetcher", "type", "session_id", "epoch", "partitions", "created_ms", "last_used_ms"]
+    rows = ({**r.asDict(), "type": "follower" if r["privileged"] else "consumer"}
+            for r in df.orderBy("leader", "privileged", "fetcher").toLocalIterator())  # O(sessions): <= slots per leader
+    emit(args.output, [k.upper().replace("_", "-") for k in keys], keys, rows)
 
 
 def cmd_consumer_groups(args: argparse.Namespace) -> None:
     """kafka-consumer-groups: committed offsets and lag, and resetting a group's offsets."""
     cluster = _open(args)
     if args.list:
-        for r in cluster.consumer_lag().select("group_id").distinct().orderBy("group_id").collect():
-            print(r["group_id"])
+        for r in cluster.consumer_lag().select("group_id").distinct().orderBy("group_id").toLocalIterator():
+            print(json_line({"group": r["group_id"]}) if args.output == "json" else r["group_id"])
         return
     if not args.group:
-        raise SystemExit("replog consumer-groups: --group is required")
+        raise UsageError("--group is required")
     if args.describe:
-        print("GROUP\tTOPIC\tPARTITION\tCURRENT-OFFSET\tLOG-END-OFFSET\tLAG")
-        for r in cluster.consumer_lag(args.group).orderBy("topic", "partition").toLocalIterator():
-            print(f"{r['group_id']}\t{r['topic']}\t{r['partition']}\t{r['current_offset']}\t"
-                  f"{r['log_end_offset']}\t{r['lag']}")
+        keys = ["group_id", "topic", "partition", "current_offset", "log_end_offset", "lag"]
+        emit(args.output, ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"], keys,
+             (r.asDict() for r in cluster.consumer_lag(args.group).orderBy("topic", "partition").toLocalIterator()))
         return
     if not args.topic or sum([args.to_earliest, args.to_latest, args.to_offset is not None]) != 1:
-        raise SystemExit("replog consumer-groups --reset-offsets: --topic and one of --to-earliest, --to-latest, "
+        raise UsageError("--reset-offsets: --topic and one of --to-earliest, --to-latest, "
                          "--to-offset N")
     parts = cluster.describe(args.topic).select("partition", "log_start_offset", "high_watermark").collect()
     offsets = {(args.topic, r["partition"]): r["log_start_offset"] if args.to_earliest else
                r["high_watermark"] if args.to_latest else args.to_offset for r in parts}  # O(partitions of T)
-    print("GROUP\tTOPIC\tPARTITION\tNEW-OFFSET")
-    for (topic, partition), offset in sorted(offsets.items()):
-        print(f"{args.group}\t{topic}\t{partition}\t{offset}")
+    emit(args.output, ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], ["group_id", "topic", "partition", "new_offset"],
+         ({"group_id": args.group, "topic": t, "partition": p, "new_offset": o} for (t, p), o in sorted(offsets.items())))
     if not args.execute:
         print("(dry run: add --execute to commit these offsets)", file=sys.stderr)
         return

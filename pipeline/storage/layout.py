@@ -12,7 +12,7 @@ from pipeline import schemas
 from pipeline.storage.committers import COMMITTERS, wait_all
 from pipeline.storage.failures import is_concurrent_conflict
 
-__all__ = ["CLUSTER_TABLES", "LAYOUT", "LAYOUT_PROPERTY", "LATER_TABLES", "LOG_CLUSTER_PROPERTY", "LOG_BROKER_PROPERTY",
+__all__ = ["CLUSTER_TABLES", "TABLE_DOCS", "LAYOUT", "LAYOUT_PROPERTY", "LATER_TABLES", "LOG_CLUSTER_PROPERTY", "LOG_BROKER_PROPERTY",
            "LOG_PROPS", "table_props", "table_properties", "log_stamp", "Layout"]
 
 CLUSTER_TABLES = {
@@ -35,6 +35,31 @@ CLUSTER_TABLES = {
     "cleaner_runs": schemas.CLEANER_RUNS_SCHEMA,
     "stream_batches": schemas.STREAM_BATCHES_SCHEMA,
     "client_quotas": schemas.CLIENT_QUOTAS_SCHEMA,
+}
+
+# what a row of each table is (docs/design.md's table of tables is generated from these)
+TABLE_DOCS = {
+    "cluster": "the cluster: its id, broker count, configs (JSON) and creation time",
+    "brokers": "a broker: its location (Kafka's log.dirs), state, heartbeat, paused fetcher, lost log, halt reason",
+    "topics": "a topic: partition count, replication factor, config overrides (JSON)",
+    "partitions": "a partition's controller metadata: leader, epochs, replicas, ISR, reassignment",
+    "replica_state": "a replica's state as of a round (append-only; the newest round_id wins): LEO, HW, "
+                     "log start, fetch times, lag",
+    "inbox": "a produced record, appended by producers (append-only, change data feed)",
+    "admin": "an admin request: delete_records, elect_preferred, reassign (append-only, change data feed)",
+    "producers": "an idempotent producer's batch a leader remembers (the last 5 per producer and partition)",
+    "results": "a produce request's status in a partition as of a round: offsets, error, throttle time",
+    "rounds": "a round: its inputs' versions and its RoundReport (the commit point of a round)",
+    "client_sessions": "a consumer's KIP-227 fetch session with a leader",
+    "consumer_positions": "a consumer's next offset per partition (read_incremental)",
+    "group_offsets": "a consumer group's committed offset per partition (OffsetCommit)",
+    "elections": "a leader change: clean, unclean or offline, with the offsets an unclean one lost",
+    "lease": "the one-writer replication lease: its holder and job epoch",
+    "cleaner": "the log cleaner's checkpoint per partition (Kafka's cleaner-offset-checkpoint)",
+    "cleaner_runs": "a log cleaner pass and its gauges",
+    "stream_batches": "a streaming consumer's micro-batch and its positions (cluster.stream)",
+    "client_quotas": "a client quota entity (user, client-id) and its byte rates",
+    "log": "a record of one replica: topic, partition, offset, leader epoch, timestamp, key, value, producer fields",
 }
 
 
