@@ -13,6 +13,10 @@ cluster's `replica.fetch.wait.max.ms`. SIGTERM (or Ctrl-C) to the job's Python p
 logged at start) stops the query after the round in progress; a restart resumes from the
 checkpoint. (SIGTERM to the spark-submit JVM stops Spark at once, possibly mid-round.)
 
+`--metrics-port PORT`: Kafka's replica-manager, fetcher, fetch-session, partition and log metrics in
+the Prometheus text format at http://127.0.0.1:PORT/metrics (pipeline/metrics_export.py), read
+from the tables at each scrape.
+
 `--available-now`: rounds until every produced record is appended, replicated and acknowledged, or
 until `--max-stalled-rounds` rounds in a row change nothing (a stuck follower, say), then exit 0:
 what a scheduled Airflow task wants.
@@ -69,6 +73,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--checkpoint", help="streaming checkpoint (default ROOT/checkpoints/replicate)")
     parser.add_argument("--max-stalled-rounds", type=int, default=3,
                         help="--available-now stops after this many rounds in a row that change nothing")
+    parser.add_argument("--metrics-port", type=int, metavar="PORT",
+                        help="serve Kafka's metrics for Prometheus at http://ADDR:PORT/metrics (default: not served)")
+    parser.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
+                        help="the address --metrics-port listens on (default 127.0.0.1; 0.0.0.0: every interface)")
     args = parser.parse_args(argv)
     if not args.root:
         parser.error("--root is required (or set REPLOG_ROOT)")
@@ -222,7 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ReplogError, SparkSetupError) as err:
         print(f"replicate: {err}", file=sys.stderr)
         return 1
+    metrics = None
     try:
+        if args.metrics_port is not None:
+            from pipeline.metrics_export import serve_metrics
+            metrics = serve_metrics(cluster, args.metrics_port, args.metrics_addr)
+            LOG.info("metrics for Prometheus at http://%s:%d/metrics", args.metrics_addr, metrics.port)
         elsewhere = {b: cluster.storage.broker_root(b) for b, where in dirs.items()
                      if b not in cluster.brokers or cluster.storage.broker_root(b) != cluster.storage.location(where)}
         if elsewhere:  # a broker's location is the cluster's, set when it was made: the file must agree
@@ -243,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"replicate: round failed: {err}", file=sys.stderr)
         return 3
     finally:
+        if metrics is not None:
+            metrics.shutdown()
         if lock is not None:
             lock.close()
 

@@ -140,7 +140,7 @@ def test_errors_are_one_line_and_exit_non_zero(tmp_path):
 
     # a replication job holds the root (its lock, not a real job: refused before Spark starts)
     from pipeline.storage.job_lock import hold_job_lock
-    (tmp_path / "cluster").mkdir()
+    (tmp_path / "cluster" / "cluster" / "_delta_log").mkdir(parents=True)  # looks like a cluster to the CLI
     held = hold_job_lock(str(tmp_path))
     try:
         second = replog("run", "--until-committed", "--root", str(tmp_path))

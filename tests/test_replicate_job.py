@@ -140,11 +140,11 @@ def test_streaming_job_replicates_until_sigterm_then_resumes_from_its_checkpoint
     checkpoint = tmp_path / "checkpoint"
     job_log = tmp_path / "job.log"
 
-    def run_until_committed(expected):
+    def run_until_committed(expected, *extra, while_running=None):
         job_log.write_text("")
         job = subprocess.Popen([SPARK_SUBMIT, "--master", "local[2]", "--properties-file", "conf/spark-defaults.conf",
                                 str(REPO / "jobs" / "replicate.py"), "--root", root, "--trigger-interval", "1s",
-                                "--checkpoint", str(checkpoint)],
+                                "--checkpoint", str(checkpoint), *extra],
                                stdout=job_log.open("w"), stderr=subprocess.STDOUT, env=job_env(), cwd=REPO)
         try:
             deadline = time.monotonic() + 300
@@ -152,6 +152,8 @@ def test_streaming_job_replicates_until_sigterm_then_resumes_from_its_checkpoint
                 assert job.poll() is None, job_log.read_text()[-3000:]
                 assert time.monotonic() < deadline, "not committed within 300 s"
                 time.sleep(2)
+            if while_running:
+                while_running()
             # the job's Python process (spark-submit's JVM runs it as a child) is the one that stops
             # gracefully; its pid is in the log
             driver = int(re.search(r"SIGTERM to pid (\d+)", job_log.read_text()).group(1))
@@ -165,8 +167,24 @@ def test_streaming_job_replicates_until_sigterm_then_resumes_from_its_checkpoint
         assert "stopping after the current round" in out
         return out
 
+    port = _free_port()
+    scraped = {}
+
+    def scrape():  # Prometheus' view of the running job (pipeline/metrics_export.py)
+        import urllib.request
+        from prometheus_client.parser import text_string_to_metric_families
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120) as response:
+            text = response.read().decode()
+        scraped.update({(s.name, s.labels.get("broker"), s.labels.get("partition")): s.value
+                        for family in text_string_to_metric_families(text) for s in family.samples})
+
     cluster.produce("live", [{"value": f"a{i}"} for i in range(10)], acks="all")
-    first = [int(b) for b in re.findall(r"batch (\d+): round", run_until_committed(10))]
+    first = [int(b) for b in re.findall(r"batch (\d+): round", run_until_committed(
+        10, "--metrics-port", str(port), while_running=scrape))]
+    assert sum(scraped[("replog_partition_high_watermark", None, p)] for p in ("0", "1")) == 10
+    assert [scraped[("kafka_server_replicamanager_leadercount", b, None)] for b in "012"] == [1, 1, 0]
+    assert [scraped[("kafka_server_replicamanager_underreplicatedpartitions", b, None)] for b in "012"] == [0, 0, 0]
+    assert scraped[("replog_round_id", None, None)] >= 1
     cluster.produce("live", [{"value": f"b{i}"} for i in range(10)], acks="all")
     second = [int(b) for b in re.findall(r"batch (\d+): round", run_until_committed(20))]
 
@@ -175,6 +193,13 @@ def test_streaming_job_replicates_until_sigterm_then_resumes_from_its_checkpoint
     assert rounds == list(range(1, len(rounds) + 1))  # every round once, none repeated
     assert sorted(bytes(r["value"]).decode() for r in cluster.read("live").collect()) == sorted(
         [f"a{i}" for i in range(10)] + [f"b{i}" for i in range(10)])
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _newest_tag(table_dir: Path) -> dict:
