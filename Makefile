@@ -1,7 +1,7 @@
 PY := .venv/bin/python
 ROOT ?= demo-root
 
-.PHONY: setup test test-integration test-airflow airflow-setup demo clean profile bench bench-round soak soak-model
+.PHONY: setup test test-integration test-airflow airflow-setup demo notebook clean profile bench bench-round soak soak-model
 
 setup:
 	@bash scripts/setup.sh
@@ -33,8 +33,12 @@ soak-model: setup
 demo: setup
 	$(PY) jobs/demo.py --root $(ROOT)
 
+# executes notebooks/walkthrough.ipynb and saves it with its outputs (tables, plots) for a code host
+notebook: setup
+	$(PY) scripts/run_notebook.py
+
 clean:
-	rm -rf demo-root spark-warehouse .pytest_cache
+	rm -rf demo-root notebook-root notebook-root-disk* spark-warehouse .pytest_cache
 
 profile: setup
 	$(PY) jobs/profile_round.py

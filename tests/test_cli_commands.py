@@ -129,3 +129,37 @@ def test_sql_over_the_views_and_a_bad_query(capsys, root):
     code, out, err = run(capsys, "sql", "SELECT * FROM replog.nope", "--root", where)
     assert code == 1 and out == [] and len(err) == 1 and err[0].startswith(
         "replog: INVALID_REQUEST: [TABLE_OR_VIEW_NOT_FOUND] ")
+
+
+def test_round_progress_is_one_live_line_on_a_terminal_and_a_line_per_round_in_a_log():
+    import io
+    from types import SimpleNamespace
+    from pipeline.cli.progress import RoundProgress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    def report(round_id, appended, replicated, acked, pending, active):
+        return SimpleNamespace(round_id=round_id, records_appended=appended, records_replicated=replicated,
+                               requests_acked=acked, requests_failed=0, pending_requests=pending,
+                               throttled_requests=0, active_partitions=active)
+
+    ticks = iter([0.0, 2.0, 4.0])
+    log = io.StringIO()
+    progress = RoundProgress(stream=log, clock=lambda: next(ticks))
+    progress.update(report(1, 1000, 1000, 1, 3, 2))
+    progress.update(report(2, 0, 2000, 3, 0, 0))
+    progress.close()
+    assert log.getvalue().splitlines() == [
+        "[#####...............] round 1 (1): 3 requests and 2 partitions left, 1 answered, 1,000 records/s, ETA 6 s",
+        "[####################] round 2 (2): 0 requests and 0 partitions left, 4 answered, 1,000 records/s, ETA 0 s"]
+
+    ticks = iter([0.0, 1.0])
+    terminal = Terminal()
+    progress = RoundProgress(total=4, stream=terminal, clock=lambda: next(ticks))
+    progress.update(report(7, 10, 20, 0, 1, 1))
+    progress.close()
+    progress.close()
+    assert terminal.getvalue() == ("\r\033[K[#####...............] round 7 (1/4): 1 requests and 1 partitions left, "
+                                   "0 answered, 30 records/s, ETA 3 s\n")

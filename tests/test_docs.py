@@ -45,3 +45,15 @@ def test_no_commit_ids_and_no_links_outside_the_repository():
             if "://" in target:
                 continue
             assert os.path.exists(os.path.join(here, target)), f"{name} links to {target}, which is not here"
+
+
+def test_the_notebook_is_committed_with_its_outputs():
+    import json
+    notebook = json.loads(read(os.path.join("notebooks", "walkthrough.ipynb")))
+    code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+    outputs = [o for c in code for o in c.get("outputs", [])]
+    assert all(c.get("execution_count") for c in code), "run: make notebook"
+    assert not [o for o in outputs if o["output_type"] == "error"]
+    assert any("image/png" in o.get("data", {}) for o in outputs)  # the plots render on a code host
+    plot = next("".join(c["source"]) for c in code if "HW (leader)" in "".join(c["source"]))
+    assert "and h[7])" in plot  # the series is the leader's HW (is_leader), not any in-sync replica's

@@ -85,9 +85,18 @@ def test_available_now_commits_what_another_process_produced(spark, tmp_path):
     cluster.create_topic("jobs", partitions=2, replication_factor=3, config={"min.insync.replicas": "2"})
     request = cluster.produce("jobs", [{"key": f"k{i}", "value": f"v{i}"} for i in range(20)], acks="all")
 
-    done = submit("--root", root, "--conf-file", str(REPO / "conf" / "replog.properties"), "--available-now")
+    # the whole file applies: the shipped defaults, with two keys changed
+    values = {**read_properties(str(REPO / "conf" / "replog.properties")), "replica.lag.time.max.ms": "20000",
+              "max.incremental.fetch.session.cache.slots": "500"}
+    conf = tmp_path / "replog.properties"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    done = submit("--root", root, "--conf-file", str(conf), "--available-now")
 
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "applied max.incremental.fetch.session.cache.slots=500, replica.lag.time.max.ms=20000" in (
+        done.stdout + done.stderr)
+    settings = Cluster.open(spark, root).describe_configs("brokers")
+    assert (settings["replica.lag.time.max.ms"], settings["max.incremental.fetch.session.cache.slots"]) == (20000, 500)
     # spark-submit passes the Python process's stderr on through its own stdout
     # one round appends, replicates and commits (the followers' follow-up fetches move the HW)
     assert "available-now: 1 round\n" in done.stdout + done.stderr
@@ -140,7 +149,7 @@ def test_streaming_job_replicates_until_sigterm_then_resumes_from_its_checkpoint
     checkpoint = tmp_path / "checkpoint"
     job_log = tmp_path / "job.log"
 
-    def run_until_committed(expected, *extra, while_running=None):
+    def run_until_committed(expected, *extra, while_running=None, to_the_jvm=False):
         job_log.write_text("")
         job = subprocess.Popen([SPARK_SUBMIT, "--master", "local[2]", "--properties-file", "conf/spark-defaults.conf",
                                 str(REPO / "jobs" / "replicate.py"), "--root", root, "--trigger-interval", "1s",
@@ -154,10 +163,10 @@ def test_streaming_job_replicates_until_sigterm_then_resumes_from_its_checkpoint
                 time.sleep(2)
             if while_running:
                 while_running()
-            # the job's Python process (spark-submit's JVM runs it as a child) is the one that stops
-            # gracefully; its pid is in the log
+            # the job's Python process (spark-submit's JVM runs it as a child; its pid is in the log)
+            # or the JVM itself (what a scheduler signals): either stops after the round in progress
             driver = int(re.search(r"SIGTERM to pid (\d+)", job_log.read_text()).group(1))
-            os.kill(driver, signal.SIGTERM)
+            os.kill(job.pid if to_the_jvm else driver, signal.SIGTERM)
             job.wait(timeout=120)
             out = job_log.read_text()
         finally:
@@ -178,6 +187,14 @@ def test_streaming_job_replicates_until_sigterm_then_resumes_from_its_checkpoint
         scraped.update({(s.name, s.labels.get("broker"), s.labels.get("partition")): s.value
                         for family in text_string_to_metric_families(text) for s in family.samples})
 
+    pages = []
+
+    def spark_ui():  # the job keeps Spark's UI on, at the address it logs
+        import urllib.request
+        url = re.search(r"Spark UI at (\S+)", job_log.read_text()).group(1)
+        with urllib.request.urlopen(f"{url}/jobs/", timeout=60) as response:
+            pages.append(response.status)
+
     cluster.produce("live", [{"value": f"a{i}"} for i in range(10)], acks="all")
     first = [int(b) for b in re.findall(r"batch (\d+): round", run_until_committed(
         10, "--metrics-port", str(port), while_running=scrape))]
@@ -186,7 +203,9 @@ def test_streaming_job_replicates_until_sigterm_then_resumes_from_its_checkpoint
     assert [scraped[("kafka_server_replicamanager_underreplicatedpartitions", b, None)] for b in "012"] == [0, 0, 0]
     assert scraped[("replog_round_id", None, None)] >= 1
     cluster.produce("live", [{"value": f"b{i}"} for i in range(10)], acks="all")
-    second = [int(b) for b in re.findall(r"batch (\d+): round", run_until_committed(20))]
+    second_log = run_until_committed(20, while_running=spark_ui, to_the_jvm=True)
+    second = [int(b) for b in re.findall(r"batch (\d+): round", second_log)]
+    assert "signal 15: stopping after the current round" in second_log and pages == [200]
 
     assert first and second and min(second) > max(first)  # resumed from the checkpoint
     rounds = [r["round_id"] for r in cluster.rounds().orderBy("round_id").collect()]

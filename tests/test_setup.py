@@ -41,9 +41,24 @@ def test_setup_with_wrong_java_version_says_what_to_install(tmp_path):
     assert "Exception" not in result.stderr
 
 
-def test_missing_delta_jars_name_the_fix(tmp_path):
+def test_missing_delta_jars_name_the_fix(tmp_path, monkeypatch):
     with pytest.raises(SparkSetupError, match="run 'make setup'"):
-        delta_jars(tmp_path)
+        delta_jars(tmp_path, fetch=False)
+    monkeypatch.setenv("REPLOG_MAVEN", "http://127.0.0.1:9/maven2")  # nothing listens there
+    with pytest.raises(SparkSetupError, match="could not be fetched from Maven Central"):
+        delta_jars(tmp_path / "empty")
+    assert not list((tmp_path / "empty").glob("*.jar"))  # nothing partial left
+
+
+def test_the_cache_is_the_users_unless_a_checkout_or_replog_cache_says_otherwise(tmp_path, monkeypatch):
+    from pipeline.runtime import cache
+    monkeypatch.setenv("REPLOG_CACHE", str(tmp_path / "mine"))
+    assert cache.jars_dir() == tmp_path / "mine" / "jars"
+    monkeypatch.delenv("REPLOG_CACHE")
+    assert cache.cache_dir() == cache.CHECKOUT_CACHE  # this checkout's make setup fetched the jars here
+    monkeypatch.setattr(cache, "CHECKOUT_CACHE", tmp_path / "installed" / ".cache")  # an installed package
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_dir() == tmp_path / "xdg" / "replog"
 
 
 def test_cached_jars_are_found():

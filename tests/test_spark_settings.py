@@ -6,18 +6,19 @@ from pipeline.runtime import compiled_expressions, forget_table_logs
 def test_driver_java_options_name_the_archive_when_setup_made_one_and_c1_for_short_lived_processes(
         tmp_path, monkeypatch):
     import pipeline.runtime.session as spark_module
-    monkeypatch.setattr(spark_module, "JVM_ARCHIVE_DIR", tmp_path)
+    monkeypatch.setenv("REPLOG_CACHE", str(tmp_path))  # the archive lives in the cache's jvm/
+    (tmp_path / "jvm").mkdir()
     assert spark_module.driver_java_options() == ""  # no archive: Java's defaults
     assert spark_module.driver_java_options(parallel_gc=True) == "-XX:+UseParallelGC"
     assert spark_module.driver_java_options(short_lived=True) == "-XX:TieredStopAtLevel=1"
     spark_module.jvm_archive().write_bytes(b"archive")
-    archive = f"-XX:SharedArchiveFile={tmp_path / spark_module.jvm_archive().name}"
+    archive = f"-XX:SharedArchiveFile={tmp_path / 'jvm' / spark_module.jvm_archive().name}"
     assert spark_module.driver_java_options().split() == [archive, "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
     assert spark_module.driver_java_options(parallel_gc=True).split()[-1] == "-XX:+UseParallelGC"
     assert spark_module.driver_java_options(short_lived=True).split()[-1] == "-XX:TieredStopAtLevel=1"
     spaced = tmp_path / "a checkout"  # Spark splits the options at whitespace: no archive then
-    spaced.mkdir()
-    monkeypatch.setattr(spark_module, "JVM_ARCHIVE_DIR", spaced)
+    (spaced / "jvm").mkdir(parents=True)
+    monkeypatch.setenv("REPLOG_CACHE", str(spaced))
     spark_module.jvm_archive().write_bytes(b"archive")
     assert spark_module.driver_java_options(short_lived=True) == "-XX:TieredStopAtLevel=1"
 

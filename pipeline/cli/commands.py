@@ -243,16 +243,6 @@ def cmd_consume(args: argparse.Namespace) -> None:
             print(value)
 
 
-def _progress(report: Any, done: int, total: int | None) -> str:
-    width = 20
-    filled = width if total is None else int(width * done / total)
-    bar = "#" * filled + "." * (width - filled)
-    of = f"/{total}" if total else ""
-    return (f"[{bar}] round {report.round_id} ({done}{of}): appended {report.records_appended}, replicated "
-            f"{report.records_replicated}, acked {report.requests_acked}, pending {report.pending_requests}, "
-            f"active partitions {report.active_partitions}")
-
-
 def cmd_run(args: argparse.Namespace) -> None:
     from pipeline.storage.job_lock import hold_job_lock
     lock = hold_job_lock(args.root)  # one job per root: a second is refused before Spark starts
@@ -282,20 +272,69 @@ def cmd_maintain(args: argparse.Namespace) -> None:
 
 
 def _run_rounds(args: argparse.Namespace, cluster: Any) -> None:
-    total = args.rounds if args.rounds else None
+    from pipeline.cli.progress import RoundProgress
     limit = args.rounds or args.max_rounds
-    for done in range(1, limit + 1):
-        report = cluster.run_round()
-        print(_progress(report, done, total), file=sys.stderr)
-        if args.until_committed and cluster.caught_up(report):
-            print(f"Committed: nothing pending after {done} round{'' if done == 1 else 's'}.")
-            return
+    progress = RoundProgress(total=args.rounds)
+    try:
+        for done in range(1, limit + 1):
+            report = cluster.run_round()
+            progress.update(report)
+            if args.until_committed and cluster.caught_up(report):
+                progress.close()
+                print(f"Committed: nothing pending after {done} round{'' if done == 1 else 's'}.")
+                return
+    finally:
+        progress.close()
     if args.until_committed:
         raise ReplogError(ErrorCode.REQUEST_TIMED_OUT,
                           f"still {report.pending_requests} requests pending, {report.throttled_requests or 0} "
                           f"waiting for a client quota and {report.active_partitions} partitions active after "
                           f"{limit} rounds")
     print(f"Ran {limit} rounds.")
+
+
+def job_command(args: argparse.Namespace) -> list[str]:
+    """The spark-submit command line that runs the replication job (pipeline/jobs/replicate.py)
+    from this installation: PySpark's spark-submit, the Delta jars from the cache (fetched once),
+    the settings rounds are measured with (pipeline/runtime/tuning.py, the Spark UI left on), and
+    the job's own flags."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    import pipeline.jobs.replicate as job
+    from pipeline.runtime import FAST_CONFS, delta_jars
+    from pipeline.runtime.session import DELTA_CONFS
+    confs = {**{k: v for k, v in FAST_CONFS.items() if k != "spark.ui.enabled"}, **DELTA_CONFS,
+             **dict(_pair(c) for c in args.spark_conf or [])}
+    command = [os.path.join(_find_spark_home(), "bin", "spark-submit"), "--master", args.master,
+               "--jars", ",".join(delta_jars())]
+    for key, value in confs.items():
+        command += ["--conf", f"{key}={value}"]
+    command += [job.__file__, "--root", args.root]
+    for flag in ("conf_file", "trigger_interval", "checkpoint", "metrics_port", "max_stalled_rounds"):
+        if getattr(args, flag) is not None:
+            command += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
+    return command + (["--available-now"] if args.available_now else [])
+
+
+def _pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise UsageError(f"--spark-conf takes key=value, got {text!r}")
+    return key, value
+
+
+def cmd_job(args: argparse.Namespace) -> None:
+    """The replication job under spark-submit (what `spark-submit jobs/replicate.py` runs from a
+    checkout), its output passed through; the command exits with the job's exit code."""
+    import subprocess
+    command = job_command(args)
+    if args.print_command:
+        print(" ".join(command))
+        return
+    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    code = subprocess.call(command, env=env)
+    if code:
+        raise SystemExit(code)
 
 
 def cmd_brokers(args: argparse.Namespace) -> None:

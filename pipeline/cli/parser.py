@@ -7,7 +7,7 @@ import argparse
 from typing import Callable
 
 from pipeline.cli.commands import (FILTERS, cmd_brokers, cmd_cluster, cmd_configs, cmd_consume, cmd_consumer_groups,
-                                   cmd_maintain, cmd_produce, cmd_produce_results, cmd_reassign, cmd_run, cmd_sessions,
+                                   cmd_job, cmd_maintain, cmd_produce, cmd_produce_results, cmd_reassign, cmd_run, cmd_sessions,
                                    cmd_sql, cmd_topics)
 
 __all__ = ["build_parser", "version_text"]
@@ -132,13 +132,26 @@ def _data_commands(command: Command) -> None:
     p = command("run", cmd_run, "run fetch rounds in this process (the replication job's rounds)")
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--rounds", type=int, help="run this many rounds")
-    how.add_argument("--until-committed", action="store_true",
-                     help="run rounds until every produce request is answered and every partition settled")
+    how.add_argument("--until-committed", "--available-now", dest="until_committed", action="store_true",
+                     help="run rounds until every produce request is answered and every partition settled "
+                     "(the job's --available-now)")
     p.add_argument("--max-rounds", type=int, default=50, help="--until-committed gives up after this many")
 
     p = command("sql", cmd_sql, "run a Spark SQL query over the replog.* views (replog.committed, replog.partitions, "
                 "replog.rounds, ...)")
     p.add_argument("query", help='the query, e.g. "SELECT topic, count(*) FROM replog.committed GROUP BY topic"')
+
+    p = command("job", cmd_job, "start the replication job under spark-submit (the installed package's "
+                "pipeline/jobs/replicate.py, with the cached Delta jars)")
+    p.add_argument("--available-now", action="store_true", help="rounds until all is committed, then exit 0")
+    p.add_argument("--conf-file", help="a replog.properties whose keys the job checks and applies")
+    p.add_argument("--trigger-interval", help="time between rounds (default: replica.fetch.wait.max.ms)")
+    p.add_argument("--checkpoint", help="the streaming checkpoint (default ROOT/checkpoints/replicate)")
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    p.add_argument("--max-stalled-rounds", type=int, help="--available-now stops after this many idle rounds")
+    p.add_argument("--master", default="local[2]", help="Spark's master (default local[2]; spark://HOST:7077, yarn)")
+    p.add_argument("--spark-conf", action="append", metavar="KEY=VALUE", help="a Spark setting for the job")
+    p.add_argument("--print-command", action="store_true", help="print the spark-submit command instead of running it")
 
     command("maintain", cmd_maintain, "compact small files, VACUUM and set log retention on every table and log")
 

@@ -11,17 +11,16 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from pipeline.runtime import jvm_lookups
+from pipeline.runtime import cache, jvm_lookups
 from pipeline.runtime.tuning import FAST_CONFS
 
 __all__ = ["get_spark", "delta_jars", "SparkSetupError", "forget_table_logs", "driver_java_options", "jvm_archive"]
 
-JARS_DIR = Path(__file__).resolve().parents[2] / ".cache" / "jars"
 # The driver JVM's class-data-sharing archive (`make setup` writes it: scripts/jvm_archive.py): the
 # classes a CLI command and a round load, already parsed and verified. A JVM started from PySpark
 # maps it instead of loading those classes from the jars. Named by the PySpark version, whose jars
 # it holds; a JVM that cannot use it (another Java build or class path) runs without it, silently.
-JVM_ARCHIVE_DIR = JARS_DIR.parent / "jvm"
+# It lives in the cache beside the jars (pipeline/runtime/cache.py).
 # the archive's warnings (a mismatch) go to stdout, where the CLI prints its answers
 QUIET_CDS_LOG = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 DELTA_CONFS = {
@@ -43,21 +42,31 @@ class SparkSetupError(RuntimeError):
     """The machine lacks what Spark needs (Java 17, the Delta jars)."""
 
 
-def delta_jars(jars_dir: Path = JARS_DIR) -> list[str]:
-    """The cached Delta jars (`delta-spark` and `delta-storage`); a clear error when missing."""
-    jars = sorted(str(p) for p in jars_dir.glob("delta-*.jar"))
-    names = " ".join(Path(j).name for j in jars)
-    if "delta-spark" not in names or "delta-storage" not in names:
-        raise SparkSetupError(
-            f"The Delta Lake jars are not in {jars_dir}; run 'make setup' (it downloads them once "
-            "from Maven Central)."
-        )
-    return jars
+def delta_jars(jars_dir: Path | None = None, fetch: bool = True) -> list[str]:
+    """The cached Delta jars (`delta-spark` and `delta-storage`), fetched from Maven Central into
+    the cache the first time (pipeline/runtime/cache.py); a clear error when they cannot be."""
+    jars_dir = jars_dir or cache.jars_dir()
+
+    def found() -> list[str]:
+        jars = sorted(str(p) for p in jars_dir.glob("delta-*.jar"))
+        names = " ".join(Path(j).name for j in jars)
+        return jars if "delta-spark" in names and "delta-storage" in names else []
+    if not found() and fetch:
+        try:
+            cache.fetch_delta_jars(jars_dir)
+        except OSError as err:
+            raise SparkSetupError(f"The Delta Lake jars are not in {jars_dir} and could not be fetched from Maven "
+                                  f"Central ({err}); check the network, or set REPLOG_CACHE to a directory whose "
+                                  "jars/ holds them.") from None
+    if not found():
+        raise SparkSetupError(f"The Delta Lake jars are not in {jars_dir}; run 'make setup' (it downloads them once "
+                              "from Maven Central).")
+    return found()
 
 
 def jvm_archive() -> Path:
     import pyspark
-    return JVM_ARCHIVE_DIR / f"pyspark-{pyspark.__version__}.jsa"
+    return cache.cache_dir() / "jvm" / f"pyspark-{pyspark.__version__}.jsa"
 
 
 # Java's parallel garbage collector, for a process that makes and forgets many clusters (the test
@@ -133,6 +142,8 @@ def get_spark(master: str | None = None, app_name: str = "replog", extra: dict |
     if master or submitted is None or not submitted.contains("spark.master"):
         builder = builder.master(master or os.environ.get("REPLOG_MASTER", "local[2]"))
     confs = {**FAST_CONFS, **DELTA_CONFS, "spark.jars": ",".join(delta_jars())}
+    if submitted is not None:  # a job under spark-submit keeps its Spark UI unless its conf turns it off
+        confs.pop("spark.ui.enabled", None)
     java_options = driver_java_options(short_lived) if submitted is None else ""
     if java_options:
         confs["spark.driver.extraJavaOptions"] = java_options
@@ -148,6 +159,6 @@ def get_spark(master: str | None = None, app_name: str = "replog", extra: dict |
         spark.stop()
         raise SparkSetupError(
             "The Delta Lake classes are not on Spark's classpath: under spark-submit pass "
-            "--properties-file conf/spark-defaults.conf (or --jars with the jars in .cache/jars).")
+            "--properties-file conf/spark-defaults.conf from the checkout, or start it with `replog job`.")
     spark.sparkContext.setLogLevel("ERROR")
     return spark
