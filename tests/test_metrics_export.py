@@ -54,4 +54,28 @@ def test_a_scrape_counts_each_brokers_and_partitions_health(new_cluster, clock):
     assert partition("replog_partition_high_watermark") == [4, 1]
     assert metrics[("kafka_controller_kafkacontroller_offlinepartitionscount", ())] == 0
     assert metrics[("replog_round_id", ())] == 3
-    assert metrics[("kafka_server_replicamanager_isrshrinkspersec", ())] > 0
+    assert metrics[("kafka_server_replicamanager_isrshrinkspersec", ())] == 1 / 60
+
+
+def test_replog_metrics_keeps_every_rounds_figures_and_each_leaders_session_cache(new_cluster, spark):
+    cluster = new_cluster(brokers=3)
+    cluster.create_topic("orders", partitions=2, replication_factor=3)
+    cluster.produce("orders", [{"value": "a", "partition": 0}], acks="all")
+    advance_round(cluster)  # t = 500
+    cluster.pause_fetcher(2)
+    cluster.produce("orders", [{"value": "b", "partition": 0}], acks="1")
+    advance_rounds(cluster, n=2, step=31_000)  # t = 31,500: broker 2 leaves p0's ISR; t = 62,500
+
+    def history(name, broker=None):
+        where = "broker IS NULL" if broker is None else f"broker = {broker}"
+        return [(r["round_id"], r["value"]) for r in spark.sql(
+            f"SELECT round_id, value FROM replog.metrics WHERE name = '{name}' AND {where} ORDER BY round_id").collect()]
+
+    # the shrink at 31.5 s counts in the minute of cluster time up to each later round
+    assert history("IsrShrinksPerSec") == [(1, 0.0), (2, 1 / 60), (3, 1 / 60)]
+    assert history("UnderReplicatedPartitions") == [(1, 0.0), (2, 1.0), (3, 1.0)]
+    # each leader (brokers 0 and 1) caches a session per follower; broker 2 leads nothing
+    cached = spark.sql("SELECT DISTINCT broker FROM replog.metrics WHERE broker IS NOT NULL").collect()
+    assert sorted(r["broker"] for r in cached) == [0, 1]
+    per_leader = [sum(v for _, v in history("NumIncrementalFetchSessions", b)) for b in (0, 1)]
+    assert sum(per_leader) == sum(v for _, v in history("NumIncrementalFetchSessions"))

@@ -11,6 +11,7 @@ from pipeline.schemas import REPLICA_KEY
 from pipeline.storage import Storage, current_rows_sql
 
 __all__ = ["partitions_sql", "replicas_sql", "results_sql", "logs_sql", "committed_sql", "metrics_sql",
+           "metrics_history_sql",
            "lagging_replicas_sql", "fetch_sessions_sql", "consumer_lag_sql", "brokers_sql", "reassignments_sql",
            "register_views", "DATABASE", "RATE_WINDOW_MS"]
 
@@ -75,21 +76,25 @@ JOIN {_t(storage, 'replica_state')} s
 WHERE l.offset >= s.log_start_offset AND l.offset < s.high_watermark"""
 
 
+_ROUND_GAUGES = [("UnderReplicatedPartitions", "under_replicated_partitions"),
+                 ("UnderMinIsrPartitionCount", "under_min_isr_partitions"),
+                 ("AtMinIsrPartitionCount", "at_min_isr_partitions"),
+                 ("OfflinePartitionsCount", "offline_partitions"),
+                 ("MaxLag", "max_lag"),
+                 ("IsrShrinksPerSec", "shrinks_per_sec"),
+                 ("IsrExpandsPerSec", "expands_per_sec"),
+                 ("NumIncrementalFetchSessions", "incremental_fetch_sessions"),
+                 ("NumIncrementalFetchPartitionsCached", "incremental_fetch_partitions_cached"),
+                 ("IncrementalFetchSessionEvictionsPerSec", "evictions_per_sec")]
+
+
 def metrics_sql(storage: Storage) -> str:
     """Kafka's replica-manager metrics, by their names, as of the newest round, and the log
-    cleaner's as of its newest pass."""
+    cleaner's as of its newest pass (Cluster.metrics(); the view replog.metrics keeps every
+    round's: metrics_history_sql)."""
     rounds = _t(storage, "rounds")
     gauges = ", ".join(f"'{name}', CAST({col} AS DOUBLE)" for name, col in [
-        ("UnderReplicatedPartitions", "under_replicated_partitions"),
-        ("UnderMinIsrPartitionCount", "under_min_isr_partitions"),
-        ("AtMinIsrPartitionCount", "at_min_isr_partitions"),
-        ("OfflinePartitionsCount", "offline_partitions"),
-        ("MaxLag", "max_lag"),
-        ("IsrShrinksPerSec", "shrinks_per_sec"),
-        ("IsrExpandsPerSec", "expands_per_sec"),
-        ("NumIncrementalFetchSessions", "incremental_fetch_sessions"),
-        ("NumIncrementalFetchPartitionsCached", "incremental_fetch_partitions_cached"),
-        ("IncrementalFetchSessionEvictionsPerSec", "evictions_per_sec"),
+        *_ROUND_GAUGES,
         # the log cleaner's (Kafka's LogCleaner and LogCleanerManager gauges), from its newest pass
         ("uncleanable-partitions-count", "coalesce(cleaner.uncleanable_partitions, 0)"),
         ("max-clean-time-secs", "coalesce(cleaner.clean_time_ms, 0) / 1000.0"),
@@ -106,6 +111,33 @@ WITH last AS (SELECT * FROM {rounds} ORDER BY round_id DESC LIMIT 1),
 SELECT stack(14, {gauges}) AS (name, value), last.round_id, last.now_ms
 FROM last CROSS JOIN recent
 LEFT JOIN (SELECT * FROM {_t(storage, 'cleaner_runs')} ORDER BY run_id DESC LIMIT 1) cleaner ON true"""
+
+
+def metrics_history_sql(storage: Storage) -> str:
+    """`replog.metrics`: the metrics of every round, not only the newest (name, value, broker,
+    round_id, now_ms). Cluster-wide figures have no broker (the *PerSec rates over the minute of
+    cluster time up to each round, as metrics_sql); the fetch session caches' figures come once
+    per leader broker too (NumIncrementalFetchSessions and NumIncrementalFetchPartitionsCached
+    are per-broker gauges in Kafka), from the caches each round recorded."""
+    rounds = _t(storage, "rounds")
+    window = f"(ORDER BY now_ms RANGE BETWEEN {RATE_WINDOW_MS - 1} PRECEDING AND CURRENT ROW)"
+    gauges = ", ".join(f"'{name}', CAST({col} AS DOUBLE)" for name, col in _ROUND_GAUGES)
+    return f"""
+WITH r AS (SELECT *, CAST(sum(isr_shrinks) OVER {window} AS DOUBLE) / {RATE_WINDOW_MS // 1000} AS shrinks_per_sec,
+                     CAST(sum(isr_expands) OVER {window} AS DOUBLE) / {RATE_WINDOW_MS // 1000} AS expands_per_sec,
+                     CAST(sum(fetch_session_evictions) OVER {window} AS DOUBLE) / {RATE_WINDOW_MS // 1000}
+                       AS evictions_per_sec
+           FROM {rounds})
+SELECT name, value, CAST(NULL AS INT) AS broker, round_id, now_ms
+FROM (SELECT stack({len(_ROUND_GAUGES)}, {gauges}) AS (name, value), round_id, now_ms FROM r)
+UNION ALL
+SELECT name, value, broker, round_id, now_ms
+FROM (SELECT stack(2, 'NumIncrementalFetchSessions', CAST(count(*) AS DOUBLE),
+                      'NumIncrementalFetchPartitionsCached', CAST(sum(s.size) AS DOUBLE)) AS (name, value),
+             s.leader AS broker, round_id, now_ms
+      FROM (SELECT round_id, now_ms, from_json(fetch_sessions, '{_SESSIONS_JSON}') AS j FROM {rounds})
+      LATERAL VIEW explode(j.sessions) x AS s
+      GROUP BY s.leader, round_id, now_ms)"""
 
 
 _SESSIONS_JSON = ("struct<sessions: array<struct<leader: int, fetcher: string, privileged: boolean, session_id: int, "
@@ -208,7 +240,7 @@ def register_views(spark: SparkSession, storage: Storage, brokers: list[int], mi
         "rounds": f"SELECT * FROM {_t(storage, 'rounds')}",
         "produce_results": results_sql(storage),
         "committed": committed_sql(storage, brokers),
-        "metrics": metrics_sql(storage),
+        "metrics": metrics_history_sql(storage),
         "lagging_replicas": lagging_replicas_sql(storage),
         "fetch_sessions": fetch_sessions_sql(storage),
         "consumer_lag": consumer_lag_sql(storage),
