@@ -163,3 +163,25 @@ def test_round_progress_is_one_live_line_on_a_terminal_and_a_line_per_round_in_a
     progress.close()
     assert terminal.getvalue() == ("\r\033[K[#####...............] round 7 (1/4): 1 requests and 1 partitions left, "
                                    "0 answered, 30 records/s, ETA 3 s\n")
+
+
+def test_reassign_execute_wait_runs_rounds_until_done_showing_the_records_left(capsys, new_cluster, tmp_path):
+    from tests.helpers import partition_row
+    cluster = new_cluster(brokers=3)
+    cluster.create_topic("moving", partitions=1, replication_factor=2)
+    cluster.produce("moving", [{"value": str(i)} for i in range(30)], acks="all")
+    replicas = list(partition_row(cluster, "moving")["replicas"])
+    target = [({0, 1, 2} - set(replicas)).pop(), replicas[0]]
+    plan = tmp_path / "move.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "moving", "partition": 0,
+                                                              "replicas": target}]}))
+    code, out, err = run(capsys, "reassign", "--json", str(plan), "--execute", "--wait", "--root", cluster.storage.root)
+    assert code == 0, err
+    assert out == ["Started the reassignment of 1 partitions (the next round applies it).",
+                   "Reassignment of 1 partitions completed."]
+    assert err and all(" records left, " in line for line in err)
+    first, last = err[0], err[-1]
+    assert " of 30 records left" in first and last.startswith("[####################] ") and " 0 of 30 " in last
+    assert list(partition_row(cluster, "moving")["replicas"]) == target
+    code, _, err = run(capsys, "reassign", "--json", str(plan), "--verify", "--wait", "--root", cluster.storage.root)
+    assert code == 2 and err == ["replog reassign: error: --wait goes with --execute"]

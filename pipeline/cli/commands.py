@@ -478,10 +478,14 @@ def cmd_reassign(args: argparse.Namespace) -> None:
     """kafka-reassign-partitions --execute / --verify with a reassignment JSON file."""
     with open(args.json) as f:
         mapping = reassignment_json(f.read())
+    if args.wait and not args.execute:
+        raise UsageError("--wait goes with --execute")
     cluster = _open(args)
     if args.execute:
         cluster.reassign_partitions(mapping)
         print(f"Started the reassignment of {len(mapping)} partitions (the next round applies it).")
+        if args.wait:
+            _wait_for_reassignment(args, cluster, mapping)
         return
     progress = {(r["topic"], r["partition"]): r for r in cluster.reassignments().collect()}  # O(reassigning)
     asked = cluster.spark.createDataFrame(sorted(mapping), "topic string, partition int")
@@ -498,6 +502,41 @@ def cmd_reassign(args: argparse.Namespace) -> None:
         else:
             print(f"There is no active reassignment of partition {topic}-{partition}, "
                   f"but replica set is {current.get((topic, partition))} rather than {list(target)}.")
+
+
+def _wait_for_reassignment(args: argparse.Namespace, cluster: Any, mapping: dict) -> None:
+    """Rounds in this process (as `replog run`, holding the job lock) until every partition of the
+    file has its target replicas, with the adding replicas' records left as progress."""
+    from pyspark.sql import functions as F
+
+    from pipeline.cli.progress import CatchUpProgress
+    from pipeline.storage.job_lock import hold_job_lock
+    asked = cluster.spark.createDataFrame(sorted(mapping), "topic string, partition int")
+
+    def left() -> tuple[int, int]:  # (partitions of the file still in progress, their records left)
+        row = cluster.reassignments().join(asked, on=["topic", "partition"], how="left_semi").agg(
+            F.count(F.lit(1)).alias("n"), F.coalesce(F.sum("records_left"), F.lit(0)).alias("left")).first()
+        return row["n"], row["left"]
+
+    lock = hold_job_lock(args.root)
+    try:
+        report = cluster.run_round()  # applies the reassignment
+        moving, records = left()
+        progress = CatchUpProgress(records)
+        for _ in range(args.max_rounds):
+            progress.left(report.round_id, records)
+            if not moving:
+                break
+            report = cluster.run_round()
+            moving, records = left()
+        progress.close()
+    finally:
+        if lock is not None:
+            lock.close()
+    if moving:
+        raise ReplogError(ErrorCode.REQUEST_TIMED_OUT, f"{moving} partitions still reassigning ({records} records "
+                          f"left) after {args.max_rounds} rounds")
+    print(f"Reassignment of {len(mapping)} partitions completed.")
 
 
 def cmd_sessions(args: argparse.Namespace) -> None:

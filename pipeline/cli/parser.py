@@ -174,6 +174,9 @@ def _admin_commands(command: Command) -> None:
     p.add_argument("--json", required=True, metavar="FILE", help="the reassignment JSON file")
     _one_of(p, True, ("--execute", "start the reassignment (the next round applies it)"),
             ("--verify", "print each partition's progress"))
+    p.add_argument("--wait", action="store_true", help="with --execute: run rounds here until it completes, "
+                   "showing the records the new replicas have left to fetch")
+    p.add_argument("--max-rounds", type=int, default=200, help="--wait gives up after this many rounds")
 
     p = command("sessions", cmd_sessions, "the leaders' incremental fetch sessions (KIP-227)")
     p.add_argument("--leader", type=int, help="only this leader's session cache")

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-__all__ = ["RoundProgress"]
+__all__ = ["RoundProgress", "CatchUpProgress"]
 
 WIDTH = 20
 
@@ -60,3 +60,27 @@ class RoundProgress:
             self.stream.write("\n")
             self.stream.flush()
         self.closed = True
+
+
+class CatchUpProgress(RoundProgress):
+    """Progress of a catch-up measured in records left (a reassignment's adding replicas): the bar
+    fills with the records fetched out of those left at the start, the rate is records fetched
+    per second, the ETA the records left at that rate."""
+
+    def __init__(self, initial: int, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic):
+        super().__init__(stream=stream, clock=clock)
+        self.initial = max(initial, 0)
+
+    def left(self, round_id: int, left: int) -> str:
+        self.rounds += 1
+        elapsed = self.clock() - self.started
+        done = max(self.initial - left, 0)
+        share = done / self.initial if self.initial else 1.0
+        filled = min(WIDTH, int(WIDTH * share))
+        rate = done / elapsed if elapsed > 0 else 0.0
+        eta = "0 s" if not left else (f"{left / rate:.0f} s" if rate else "?")
+        line = (f"[{'#' * filled}{'.' * (WIDTH - filled)}] round {round_id}: {left:,} of {self.initial:,} records "
+                f"left, {rate:,.0f} records/s, ETA {eta}")
+        self.stream.write(("\r\033[K" + line) if self.live else line + "\n")
+        self.stream.flush()
+        return line
