@@ -9,9 +9,10 @@
                     (lines from stdin)
     replog consume  --topic T (--from-beginning | --offset N) [--partition P] [--replica B]
                     [--isolation read_committed|read_uncommitted] [--print-key]
-    replog run      --rounds N | --until-committed [--max-rounds 50]
+    replog run      --rounds N | --until-committed (or --available-now) [--max-rounds 50]
+    replog job      [--available-now] [--conf-file F] [--metrics-port P] [--master M] (the replication job)
     replog brokers  [--add [--dir LOCATION] | --start B | --decommission B]
-    replog reassign --json FILE (--execute | --verify)     (kafka-reassign-partitions' JSON)
+    replog reassign --json FILE (--execute [--wait] | --verify)     (kafka-reassign-partitions' JSON)
     replog configs  --describe | --alter --entity-type topics --entity-name T | --entity-type brokers
                     --entity-default [--add-config k=v,k2=v2] [--delete-config k,k2]
     replog configs  --describe | --alter --entity-type users|clients (--entity-name N | --entity-default)
@@ -20,7 +21,6 @@
     replog sessions [--leader B]
     replog consumer-groups --list | --describe --group G
                     | --reset-offsets --group G --topic T (--to-earliest | --to-latest | --to-offset N) [--execute]
-
     replog produce-results [--request ID] [--topic T]
     replog sql "SELECT ... FROM replog.committed ..."   (the replog.* views)
 
@@ -37,7 +37,8 @@ import os
 import sys
 import traceback
 
-from pipeline.cli.commands import FILTERS, UsageError, config_list, describe_line, describe_lines, reassignment_json
+from pipeline.cli.admin import config_list, reassignment_json
+from pipeline.cli.commands import FILTERS, UsageError, describe_line, describe_lines
 from pipeline.cli.parser import build_parser
 from pipeline.errors import ErrorCode, ReplogError
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from typing import Callable
 
-from pipeline.cli.commands import (FILTERS, cmd_brokers, cmd_cluster, cmd_configs, cmd_consume, cmd_consumer_groups,
-                                   cmd_job, cmd_maintain, cmd_produce, cmd_produce_results, cmd_reassign, cmd_run, cmd_sessions,
-                                   cmd_sql, cmd_topics)
+from pipeline.cli.admin import cmd_brokers, cmd_configs, cmd_consumer_groups, cmd_reassign, cmd_sessions
+from pipeline.cli.commands import (FILTERS, cmd_cluster, cmd_consume, cmd_job, cmd_maintain, cmd_produce,
+                                   cmd_produce_results, cmd_run, cmd_sql, cmd_topics)
 
 __all__ = ["build_parser", "version_text"]
 
