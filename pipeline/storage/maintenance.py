@@ -93,27 +93,50 @@ def _set_properties(storage: Storage, path: str, snap, wanted: dict[str, str]) -
     return bool(differ)
 
 
+# tables maintained at once: a pass is a few small Spark jobs and commits per table, mostly driver
+# latency (listing, the Delta log, the commit), which threads overlap
+PARALLEL_TABLES = 4
+
+
 def maintain(storage: Storage, brokers: list[int], config: Mapping) -> MaintenanceReport:
-    """One pass over every table and log: retention properties, compaction, VACUUM (module doc)."""
+    """One pass over every table and log: retention properties, compaction, VACUUM (module doc),
+    PARALLEL_TABLES tables at a time. The report lists tables in table_paths' order; the first
+    table's failure in that order is raised, after every table's pass has ended."""
+    from concurrent.futures import ThreadPoolExecutor
+    tables = list(table_paths(storage, brokers).items())
+    with ThreadPoolExecutor(max_workers=PARALLEL_TABLES, thread_name_prefix="replog-maintain") as pool:
+        futures = [pool.submit(_maintain_table, storage, name, path, config) for name, path in tables]
     report = MaintenanceReport()
-    spark = storage.spark
-    for name, path in table_paths(storage, brokers).items():
-        report.tables += 1
-        snap = storage.snapshot(path)
-        table = DeltaTable.forPath(spark, path)
-        with unwritable_error(path, storage.broker_of_log(path)):
-            if _set_properties(storage, path, snap, wanted_properties(name if name in CLUSTER_TABLES else "log",
-                                                                          config)):
-                report.properties_set.append(name)
-            if snap.numOfFiles() >= config["log.maintenance.min.files"]:
-                metrics = _compaction(table)
-                if metrics is not None:
-                    report.compacted.append(name)
-                    report.files_removed += int(metrics["numFilesRemoved"])
-                    report.files_added += int(metrics["numFilesAdded"])
-            before = int(storage.snapshot(path).version())
-            table.vacuum()
-        report.files_vacuumed += _vacuumed(storage, path, before)
+    for future in futures:
+        one = future.result()
+        report.tables += one.tables
+        report.compacted += one.compacted
+        report.files_removed += one.files_removed
+        report.files_added += one.files_added
+        report.files_vacuumed += one.files_vacuumed
+        report.properties_set += one.properties_set
+    return report
+
+
+def _maintain_table(storage: Storage, name: str, path: str, config: Mapping) -> MaintenanceReport:
+    report = MaintenanceReport(tables=1)
+    # this thread's JVM thread has no active session of its own, and Delta asks for one
+    jvm = storage.spark._jvm
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(storage.spark._jsparkSession)
+    snap = storage.snapshot(path)
+    table = DeltaTable.forPath(storage.spark, path)
+    with unwritable_error(path, storage.broker_of_log(path)):
+        if _set_properties(storage, path, snap, wanted_properties(name if name in CLUSTER_TABLES else "log", config)):
+            report.properties_set.append(name)
+        if snap.numOfFiles() >= config["log.maintenance.min.files"]:
+            metrics = _compaction(table)
+            if metrics is not None:
+                report.compacted.append(name)
+                report.files_removed += int(metrics["numFilesRemoved"])
+                report.files_added += int(metrics["numFilesAdded"])
+        before = int(storage.snapshot(path).version())
+        table.vacuum()
+    report.files_vacuumed += _vacuumed(storage, path, before)
     return report
 
 
