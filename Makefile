@@ -12,18 +12,20 @@ test: setup
 	$(PY) -m pytest -n 2 --dist loadfile --durations=15
 
 # the jobs run as users run them: spark-submit and CLI subprocesses (minutes; CI runs it after make
-# test). Two workers, one file each: the subprocesses' JVMs start and wait more than they compute
+# test). Two workers that take test by test (a few tests of minutes each, in few files: whole files
+# per worker left one worker idle for most of the run)
 test-integration: setup
-	$(PY) -m pytest -m integration -n 2 --dist loadfile --durations=15
+	$(PY) -m pytest -m integration -n 2 --dist worksteal --durations=15
 
 # the fault-injection soak (tests/soak/): SEEDS seeds from SEED, EVENTS events each; a failing
-# history is minimized with at most MAX_REPLAYS replays and saved; REPLAY=file replays a saved one
+# history is minimized with at most MAX_REPLAYS replays and saved; REPLAY=file replays a saved one;
+# MINUTES=m time-boxes the run (no event starts after it; what ran still heals and is checked)
 SEED ?= 1
 SEEDS ?= 1
 EVENTS ?= 300
 MAX_REPLAYS ?= 150
 soak: setup
-	$(PY) -m tests.soak.run $(if $(REPLAY),--replay $(REPLAY),--seed $(SEED) --seeds $(SEEDS) --events $(EVENTS) --max-replays $(MAX_REPLAYS) $(if $(RECORD),--record $(RECORD)))
+	$(PY) -m tests.soak.run $(if $(REPLAY),--replay $(REPLAY),--seed $(SEED) --seeds $(SEEDS) --events $(EVENTS) --max-replays $(MAX_REPLAYS) $(if $(RECORD),--record $(RECORD)) $(if $(MINUTES),--minutes $(MINUTES)))
 
 # the lockstep soak: the same events on the reference model (tests/soak/model.py) and a real cluster,
 # compared after every round (tests/soak/lockstep.py)

@@ -44,6 +44,23 @@ def test_the_checker_catches_a_lost_acknowledged_record_and_a_duplicate_offset(s
         checker.check()
 
 
+def test_a_time_boxed_soak_runs_the_events_drawn_before_the_box_closes_then_heals(spark, tmp_path, monkeypatch):
+    """CI's soak (`--minutes`): no event starts once the box has closed; what ran heals and is
+    checked, and the seed's first events_run events are the history."""
+    from types import SimpleNamespace
+    import tests.soak.soak as soak_module
+    ticks = iter(range(1000))
+    monkeypatch.setattr(soak_module, "time", SimpleNamespace(monotonic=lambda: next(ticks)))
+    boxed = Soak(spark, str(tmp_path / "c"), seed=11).run(events=30, deadline=4)
+    assert boxed.events_run == 4 and boxed.expected.requests  # seed 11 produces from its first events
+
+
+def test_the_soak_command_starts_no_seed_once_its_minutes_are_up(capsys):
+    from tests.soak.run import main
+    assert main(["--seed", "5", "--seeds", "2", "--events", "10", "--minutes", "0"]) == 0
+    assert capsys.readouterr().out == "the 0 minutes are up: seeds 5 to 6 not run\n"
+
+
 def test_an_errored_idempotent_batch_keeps_its_sequences_seed_104(spark, tmp_path):
     """Seed 104 of 300 events failed [acked]: an acks=all idempotent batch appended, then answered
     with an error (its round came 35 s after the produce, the followers had fallen out of the ISR;

@@ -56,8 +56,8 @@ def _report_failure(spark, seed: int, v: Violation, args, kind: type) -> None:
     print(f"seed {seed}: saved to {out} (python -m tests.soak.run --replay {out})", flush=True)
 
 
-def _entry(args, seed: int, result: str, rounds, requests, started: float) -> dict:
-    entry = {"seed": seed, "events": args.events, "result": result, "rounds": rounds, "requests": requests,
+def _entry(args, seed: int, result: str, rounds, requests, started: float, events: int | None = None) -> dict:
+    entry = {"seed": seed, "events": args.events if events is None else events, "result": result, "rounds": rounds, "requests": requests,
              "seconds": round(time.monotonic() - started), "date": datetime.date.today().isoformat()}
     return {**entry, "lockstep": True} if args.model else entry
 
@@ -100,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", metavar="FILE", help="append each seed's result (ok or the violated check) "
                                                           "to this JSON file, as docs/soak_seeds.json")
     parser.add_argument("--replay", metavar="FILE", help="replay a saved history instead of drawing events")
+    parser.add_argument("--minutes", type=float, help="a time box: no event starts after it and no seed after "
+                                                       "the one it ends in (each seed still heals and is checked)")
     args = parser.parse_args(argv)
+    deadline = None if args.minutes is None else time.monotonic() + 60 * args.minutes
     spark = get_spark(extra={"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
                              "spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
@@ -118,10 +121,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     kind = Lockstep if args.model else Soak
     for seed in range(args.seed, args.seed + args.seeds):
+        if deadline is not None and time.monotonic() >= deadline:
+            print(f"the {args.minutes:g} minutes are up: seeds {seed} to {args.seed + args.seeds - 1} not run",
+                  flush=True)
+            break
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f"soak-{seed}-") as root:
             try:
-                soak = kind(spark, f"{root}/cluster", seed).run(args.events)
+                soak = kind(spark, f"{root}/cluster", seed).run(args.events, deadline)
             except Violation as v:
                 if args.record:
                     record_seed(args.record, _entry(args, seed, f"violation [{v.check}]", None, None, started),
@@ -129,10 +136,13 @@ def main(argv: list[str] | None = None) -> int:
                 _report_failure(spark, seed, v, args, kind)
                 return 1
         forget_table_logs(spark)
-        print(f"seed {seed}: ok, {args.events} events, {soak.rounds} rounds, {len(soak.expected.requests)} "
+        ran = f"{soak.events_run} events" if soak.events_run == args.events else \
+            f"the first {soak.events_run} of {args.events} events (the time box ran out)"
+        print(f"seed {seed}: ok, {ran}, {soak.rounds} rounds, {len(soak.expected.requests)} "
               f"requests, {time.monotonic() - started:.0f} s", flush=True)
         if args.record:
-            record_seed(args.record, _entry(args, seed, "ok", soak.rounds, len(soak.expected.requests), started),
+            record_seed(args.record, _entry(args, seed, "ok", soak.rounds, len(soak.expected.requests), started,
+                                            soak.events_run),
                         _command(args))
     return 0
 
