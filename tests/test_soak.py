@@ -58,7 +58,7 @@ def test_a_time_boxed_soak_runs_the_events_drawn_before_the_box_closes_then_heal
 def test_the_soak_command_starts_no_seed_once_its_minutes_are_up(capsys):
     from tests.soak.run import main
     assert main(["--seed", "5", "--seeds", "2", "--events", "10", "--minutes", "0"]) == 0
-    assert capsys.readouterr().out == "the 0 minutes are up: seeds 5 to 6 not run\n"
+    assert capsys.readouterr().out == "the time box (0 min) has closed: seeds 5-6 not run\n"
 
 
 def test_an_errored_idempotent_batch_keeps_its_sequences_seed_104(spark, tmp_path):

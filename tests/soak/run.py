@@ -122,8 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     kind = Lockstep if args.model else Soak
     for seed in range(args.seed, args.seed + args.seeds):
         if deadline is not None and time.monotonic() >= deadline:
-            print(f"the {args.minutes:g} minutes are up: seeds {seed} to {args.seed + args.seeds - 1} not run",
-                  flush=True)
+            last = args.seed + args.seeds - 1
+            print(f"the time box ({args.minutes:g} min) has closed: seed{'s' if last > seed else ''} "
+                  f"{seed}{f'-{last}' if last > seed else ''} not run", flush=True)
             break
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f"soak-{seed}-") as root:
