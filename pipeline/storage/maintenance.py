@@ -28,7 +28,7 @@ Maintenance never runs inside a round: its commits carry no round tag, and recov
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Mapping
 
 from delta.tables import DeltaTable
@@ -65,6 +65,12 @@ class MaintenanceReport:
     files_added: int = 0  # the files they wrote
     files_vacuumed: int = 0  # files VACUUM deleted from storage
     properties_set: list[str] = field(default_factory=list)  # tables whose retention properties changed
+
+    def __iadd__(self, other: "MaintenanceReport") -> "MaintenanceReport":
+        """Adds another table's report: its counts added, its lists after this one's."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return self
 
 
 def wanted_properties(name: str, config: Mapping) -> dict[str, str]:
@@ -108,13 +114,7 @@ def maintain(storage: Storage, brokers: list[int], config: Mapping) -> Maintenan
         futures = [pool.submit(_maintain_table, storage, name, path, config) for name, path in tables]
     report = MaintenanceReport()
     for future in futures:
-        one = future.result()
-        report.tables += one.tables
-        report.compacted += one.compacted
-        report.files_removed += one.files_removed
-        report.files_added += one.files_added
-        report.files_vacuumed += one.files_vacuumed
-        report.properties_set += one.properties_set
+        report += future.result()
     return report
 
 

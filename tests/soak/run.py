@@ -57,8 +57,8 @@ def _report_failure(spark, seed: int, v: Violation, args, kind: type) -> None:
 
 
 def _entry(args, seed: int, result: str, rounds, requests, started: float, events: int | None = None) -> dict:
-    entry = {"seed": seed, "events": args.events if events is None else events, "result": result, "rounds": rounds, "requests": requests,
-             "seconds": round(time.monotonic() - started), "date": datetime.date.today().isoformat()}
+    entry = {"seed": seed, "events": args.events if events is None else events, "result": result, "rounds": rounds,
+             "requests": requests, "seconds": round(time.monotonic() - started), "date": datetime.date.today().isoformat()}
     return {**entry, "lockstep": True} if args.model else entry
 
 
@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     for seed in range(args.seed, args.seed + args.seeds):
         if deadline is not None and time.monotonic() >= deadline:
             last = args.seed + args.seeds - 1
-            print(f"the time box ({args.minutes:g} min) has closed: seed{'s' if last > seed else ''} "
-                  f"{seed}{f'-{last}' if last > seed else ''} not run", flush=True)
+            left = f"seeds {seed}-{last}" if last > seed else f"seed {seed}"
+            print(f"the time box ({args.minutes:g} min) has closed: {left} not run", flush=True)
             break
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f"soak-{seed}-") as root:
