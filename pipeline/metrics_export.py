@@ -52,6 +52,7 @@ _ROUND_FIGURES = [  # (metric, rounds column, help)
     ("replog_round_duration_ms", "duration_ms", "the newest round's duration"),
     ("replog_round_records_appended", "records_appended", "records the newest round appended on leaders"),
     ("replog_round_records_replicated", "records_replicated", "records the newest round copied to followers"),
+    ("replog_round_hw_advances", "hw_advances", "partitions whose high watermark the newest round moved up"),
     ("replog_round_pending_requests", "pending_requests", "produce requests waiting for acks after the newest round"),
     ("replog_round_active_partitions", "active_partitions", "partitions not yet settled after the newest round"),
 ]

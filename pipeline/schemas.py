@@ -21,6 +21,7 @@ __all__ = [
     "REPLICA_STATE_SCHEMA",
     "RESULTS_SCHEMA",
     "ROUNDS_SCHEMA",
+    "BROKER_GAUGES",
     "BROKERS_SCHEMA",
     "ELECTIONS_SCHEMA",
     "LEASE_SCHEMA",
@@ -151,6 +152,11 @@ RESULTS_SCHEMA = _s(
     ("throttle_time_ms", LongType(), True),
 )
 
+# Kafka's per-broker replica-manager gauges (kafka.server:type=ReplicaManager) and the fetcher
+# manager's MaxLag (type=ReplicaFetcherManager), as each round's row keeps them (`broker_gauges`)
+BROKER_GAUGES = ("PartitionCount", "LeaderCount", "UnderReplicatedPartitions", "UnderMinIsrPartitionCount",
+                 "AtMinIsrPartitionCount", "MaxLag")
+
 ROUNDS_SCHEMA = _s(
     ("round_id", LongType(), False),
     ("now_ms", LongType(), False),
@@ -179,6 +185,9 @@ ROUNDS_SCHEMA = _s(
     ("fetch_session_evictions", LongType(), False),
     ("fetch_sessions", StringType(), True),  # JSON: every leader's session cache and every fetcher's handle
     ("throttled_requests", LongType(), True),  # produce requests waiting for their client's quota
+    ("hw_advances", LongType(), True),  # partitions whose leader's HW moved up (null: written before it was kept)
+    # JSON: each broker's BROKER_GAUGES after the round (pipeline/round/figures.py)
+    ("broker_gauges", StringType(), True),
 )
 
 

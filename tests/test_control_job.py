@@ -26,7 +26,7 @@ NOTHING = {"records_appended": 0, "records_replicated": 0, "results": 0, "reques
            "under_min_isr_partitions": 0, "at_min_isr_partitions": 0, "offline_partitions": 0, "max_lag": 0,
            "fetch_request_partitions": 0, "fetch_response_partitions": 0, "followed_up_sessions": set(),
            "session_partitions_added": {}, "replicas": 0, "changed_replicas": 0, "log_start_brokers": set(),
-           "throttled_bytes": {}}
+           "throttled_bytes": {}, "hw_advances": 0}
 
 
 def partition(topic="t", p=0, leader=0, isr=(0, 1, 2), hw=10, leo=(10, 10, 10), caught_up_ms=0, min_isr=2,
@@ -173,13 +173,16 @@ def test_the_partition_state_of_todays_tables_gathers_each_replicas_row_in_repli
                      for c in cluster.fetch_requests())
     ctx = RoundContext(round_id=9, now_ms=1000, fetching_brokers=(0, 1, 2), fetch_contexts=contexts)
     out, figures = run_control_job(state, summarise_inbox(inbox(spark, []), 1), ctx)
-    assert figures == {**NOTHING, "replicas": 3}
+    # each broker hosts the partition, its leader leads it, both followers at its LEO
+    per_broker = {"broker_gauges": {**{("PartitionCount", b): 1 for b in replicas}, ("LeaderCount", replicas[0]): 1},
+                  "broker_max_lag": {b: 0 for b in replicas[1:]}}
+    assert figures == {**NOTHING, "replicas": 3, **per_broker}
     out = out.first()
     assert out["high_watermark"] == 2 and out["is_settled"] and out["isr"] == replicas
     # without a session every follower fetches in full: each partition in each request and response
     _, figures = run_control_job(state, summarise_inbox(inbox(spark, []), 1), replace(ctx, fetch_contexts=()))
     assert figures == {**NOTHING, "fetch_request_partitions": 2, "fetch_response_partitions": 2, "changed": 1,
-                       "replicas": 3, "changed_replicas": 3}
+                       "replicas": 3, "changed_replicas": 3, **per_broker}
 
 
 def test_the_rounds_figures_come_back_with_the_control_jobs_tasks(spark):
@@ -194,9 +197,17 @@ def test_the_rounds_figures_come_back_with_the_control_jobs_tasks(spark):
     # partition 0 ends at min ISR 2 with follower 2 six records behind, under-replicated. Without
     # sessions every fetch is full: the 4 first fetches, and the follow-ups of the fetchers that took
     # records, full again: partition 0's follower 1 and partition 1's two (a bucket is a fetcher of
-    # its own, and follower 2's fetcher of partition 0 took nothing): 7 in requests and responses
+    # its own, and follower 2's fetcher of partition 0 took nothing): 7 in requests and responses.
+    # One HW moves: partition 1's. Partition 0's waits for follower 2, out of the ISR but caught up
+    # within replica.lag.time.max.ms (Kafka's Partition.maybeIncrementLeaderHW)
     assert figures == {**NOTHING, "records_appended": 5, "records_replicated": 8, "results": 2, "requests_acked": 2,
                        "brokers": {0, 1, 2}, "changed": 2, "unsettled": 1, "lagging_leaders": {0},
                        "under_replicated_partitions": 1, "at_min_isr_partitions": 1, "max_lag": 6,
                        "fetch_request_partitions": 7, "fetch_response_partitions": 7, "replicas": 6,
-                       "changed_replicas": 6}
+                       "changed_replicas": 6, "hw_advances": 1,
+                       # broker 0 leads both; partition 0 is under-replicated and at its min ISR (2), and
+                       # broker 2 lags six records behind on it (MaxLag)
+                       "broker_gauges": {("PartitionCount", 0): 2, ("PartitionCount", 1): 2, ("PartitionCount", 2): 2,
+                                         ("LeaderCount", 0): 2, ("UnderReplicatedPartitions", 0): 1,
+                                         ("AtMinIsrPartitionCount", 0): 1},
+                       "broker_max_lag": {1: 0, 2: 6}}

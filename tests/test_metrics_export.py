@@ -74,8 +74,20 @@ def test_replog_metrics_keeps_every_rounds_figures_and_each_leaders_session_cach
     # the shrink at 31.5 s counts in the minute of cluster time up to each later round
     assert history("IsrShrinksPerSec") == [(1, 0.0), (2, 1 / 60), (3, 1 / 60)]
     assert history("UnderReplicatedPartitions") == [(1, 0.0), (2, 1.0), (3, 1.0)]
+    # each broker's replica-manager gauges, round by round: p0 (led by 0) under-replicated from
+    # the shrink on, broker 2 one record behind on it (MaxLag)
+    def per_broker(name):
+        return [[v for _, v in history(name, b)] for b in range(3)]
+
+    assert per_broker("PartitionCount") == [[2, 2, 2]] * 3
+    assert per_broker("LeaderCount") == [[1, 1, 1], [1, 1, 1], [0, 0, 0]]
+    assert per_broker("UnderReplicatedPartitions") == [[0, 1, 1], [0, 0, 0], [0, 0, 0]]
+    assert per_broker("AtMinIsrPartitionCount") == [[0, 0, 0], [0, 0, 0], [0, 0, 0]]  # (min ISR 1)
+    assert per_broker("UnderMinIsrPartitionCount") == [[0, 0, 0]] * 3
+    assert per_broker("MaxLag") == [[0, 0, 0], [0, 0, 0], [0, 1, 1]]
     # each leader (brokers 0 and 1) caches a session per follower; broker 2 leads nothing
-    cached = spark.sql("SELECT DISTINCT broker FROM replog.metrics WHERE broker IS NOT NULL").collect()
+    cached = spark.sql("SELECT DISTINCT broker FROM replog.metrics WHERE broker IS NOT NULL "
+                       "AND name = 'NumIncrementalFetchSessions'").collect()
     assert sorted(r["broker"] for r in cached) == [0, 1]
     per_leader = [sum(v for _, v in history("NumIncrementalFetchSessions", b)) for b in (0, 1)]
     assert sum(per_leader) == sum(v for _, v in history("NumIncrementalFetchSessions"))

@@ -1,5 +1,6 @@
 """jobs/replicate.py run the way users run it: spark-submit in its own process."""
 
+import io
 import os
 import re
 import signal
@@ -48,6 +49,11 @@ class _Killed(Exception):
     pass
 
 
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
 def test_available_now_after_a_replayed_round_reads_the_requests_produced_since(spark, tmp_path):
     """Found by the kill test: a round that replays an interrupted one reads the inbox only as far as
     that round did, and commits all of it in the round; --available-now must not stop there while
@@ -71,7 +77,11 @@ def test_available_now_after_a_replayed_round_reads_the_requests_produced_since(
     second = cluster.produce("t", [{"value": f"b{i}", "partition": i % 2} for i in range(4)], acks="all")
 
     job = Cluster.open(spark, root, clock=clock)
-    assert run_available_now(job, max_stalled=5) == 2  # the replay, then the round that reads `second`
+    terminal = _Terminal()  # on a terminal, a live progress bar in place of a log line per round
+    assert run_available_now(job, max_stalled=5, stream=terminal) == 2  # the replay, then the round reading `second`
+    lines = terminal.getvalue().split("\r\033[K")
+    assert lines[0] == "" and len(lines) == 3 and lines[2].endswith("\n") and "\n" not in lines[1]
+    assert lines[2].startswith("[####################] round 2 (2): 0 requests and 0 partitions left, 4 answered")
     statuses = {(r["request_id"], r["status"]) for r in job.produce_results().collect()}
     assert statuses == {(first, "acked"), (second, "acked")}
     assert sorted(bytes(r["value"]).decode() for r in job.read("t").collect()) == sorted(
@@ -195,9 +205,17 @@ def test_streaming_job_replicates_until_sigterm_then_resumes_from_its_checkpoint
         with urllib.request.urlopen(f"{url}/jobs/", timeout=60) as response:
             pages.append(response.status)
 
-    cluster.produce("live", [{"value": f"a{i}"} for i in range(10)], acks="all")
+    def observed():  # the round's figures in Structured Streaming's progress (the replog-rounds query)
+        deadline = time.monotonic() + 120
+        while not re.search(r"replog-rounds batch \d+ observed: rounds 1, round_id \d+, records_appended 10, "
+                            r"records_replicated 20, hw_advances 2,", job_log.read_text()):
+            assert time.monotonic() < deadline, job_log.read_text()[-3000:]
+            time.sleep(1)
+        scrape()
+
+    cluster.produce("live", [{"value": f"a{i}", "partition": i % 2} for i in range(10)], acks="all")
     first = [int(b) for b in re.findall(r"batch (\d+): round", run_until_committed(
-        10, "--metrics-port", str(port), while_running=scrape))]
+        10, "--metrics-port", str(port), while_running=observed))]
     assert sum(scraped[("replog_partition_high_watermark", None, p)] for p in ("0", "1")) == 10
     assert [scraped[("kafka_server_replicamanager_leadercount", b, None)] for b in "012"] == [1, 1, 0]
     assert [scraped[("kafka_server_replicamanager_underreplicatedpartitions", b, None)] for b in "012"] == [0, 0, 0]

@@ -311,7 +311,8 @@ def job_command(args: argparse.Namespace) -> list[str]:
     for key, value in confs.items():
         command += ["--conf", f"{key}={value}"]
     command += [job.__file__, "--root", args.root]
-    for flag in ("conf_file", "trigger_interval", "checkpoint", "metrics_port", "max_stalled_rounds"):
+    for flag in ("conf_file", "trigger_interval", "checkpoint", "metrics_port", "figures_interval",
+                 "max_stalled_rounds"):
         if getattr(args, flag) is not None:
             command += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     return command + (["--available-now"] if args.available_now else [])

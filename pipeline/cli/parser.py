@@ -148,6 +148,8 @@ def _data_commands(command: Command) -> None:
     p.add_argument("--trigger-interval", help="time between rounds (default: replica.fetch.wait.max.ms)")
     p.add_argument("--checkpoint", help="the streaming checkpoint (default ROOT/checkpoints/replicate)")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    p.add_argument("--figures-interval", help="how often the replog-rounds query reports the rounds' figures in "
+                   "Structured Streaming's progress (default: every round; off: not at all)")
     p.add_argument("--max-stalled-rounds", type=int, help="--available-now stops after this many idle rounds")
     p.add_argument("--master", default="local[2]", help="Spark's master (default local[2]; spark://HOST:7077, yarn)")
     p.add_argument("--spark-conf", action="append", metavar="KEY=VALUE", help="a Spark setting for the job")

@@ -81,6 +81,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--checkpoint", help="streaming checkpoint (default ROOT/checkpoints/replicate)")
     parser.add_argument("--max-stalled-rounds", type=int, default=3,
                         help="--available-now stops after this many rounds in a row that change nothing")
+    parser.add_argument("--figures-interval", metavar="INTERVAL",
+                        help="how often the replog-rounds query reports the rounds' figures in its progress "
+                             "(default: the trigger interval, one report per round; off: no such query)")
     parser.add_argument("--metrics-port", type=int, metavar="PORT",
                         help="serve Kafka's metrics for Prometheus at http://ADDR:PORT/metrics (default: not served)")
     parser.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
@@ -96,7 +99,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 def _progress(report: Any) -> str:
     return (f"round {report.round_id}: appended {report.records_appended}, replicated {report.records_replicated}, "
             f"acked {report.requests_acked}, failed {report.requests_failed}, pending {report.pending_requests}, "
-            f"active partitions {report.active_partitions}, isr -{report.isr_shrinks}/+{report.isr_expands}, "
+            f"active partitions {report.active_partitions}, hw moved {report.hw_advances or 0}, "
+            f"isr -{report.isr_shrinks}/+{report.isr_expands}, "
             f"{report.duration_ms} ms")
 
 
@@ -147,15 +151,31 @@ def install_stop_handlers(spark: Any, stopping: threading.Event) -> None:
              jvm.java.lang.ProcessHandle.current().pid())
 
 
-def run_available_now(cluster: Any, max_stalled: int, stopping: threading.Event | None = None) -> int:
+def run_available_now(cluster: Any, max_stalled: int, stopping: threading.Event | None = None,
+                      stream: Any = None) -> int:
     """Rounds until the cluster has caught up (Cluster.caught_up: every produce request read, nothing
     pending or waiting for a client quota, every partition settled), stalled or `stopping` is set;
-    the round count."""
+    the round count. When `stream` (default stderr) is a terminal, a live progress bar there
+    (requests and partitions left, records per second, ETA: pipeline/cli/progress.py) stands for
+    the log line of each round."""
+    from pipeline.cli.progress import RoundProgress
+    progress = RoundProgress(stream=stream or sys.stderr)
+    try:
+        return _available_now_rounds(cluster, max_stalled, stopping, progress if progress.live else None)
+    finally:
+        progress.close()
+
+
+def _available_now_rounds(cluster: Any, max_stalled: int, stopping: threading.Event | None,
+                          progress: Any) -> int:
     stalled, rounds = 0, 0
     while stopping is None or not stopping.is_set():
         report = cluster.run_round()
         rounds += 1
-        LOG.info(_progress(report))
+        if progress is not None:
+            progress.update(report)
+        else:
+            LOG.info(_progress(report))
         _clean(cluster)
         if cluster.caught_up(report):
             return rounds
@@ -170,10 +190,34 @@ def run_available_now(cluster: Any, max_stalled: int, stopping: threading.Event 
     return rounds
 
 
+FIGURES_QUERY = "replog-rounds"
+
+
+def start_round_figures(spark: Any, cluster: Any, interval_ms: int) -> Any:
+    """The job's second streaming query, `replog-rounds`, triggered every `interval_ms`: it reads
+    the rows the rounds append to the rounds table, from those after its start, and observes their
+    figures (pipeline/round/figures.py), so each of its micro-batches' progress (a
+    StreamingQueryListener, `query.lastProgress`, the Spark UI's Structured Streaming tab) holds
+    observedMetrics["round"]: the records appended and replicated, HW moves, ISR shrinks and
+    expands and the rest, of one round when it keeps up (a micro-batch reads one round's file)
+    and of the rounds since its last micro-batch when its interval is longer than the rounds'.
+    (The replication query's own micro-batches cannot carry them: observed metrics are computed
+    over the rows a micro-batch reads, and its round happens after they were read.) It keeps no
+    checkpoint: a restarted job reports the rounds from its start on."""
+    from pipeline.round.figures import observe_round_figures
+    rounds = (spark.readStream.format("delta").option("startingVersion", "latest")
+              .option("skipChangeCommits", "true")
+              .load(cluster.storage.path("rounds")))
+    return (observe_round_figures(rounds).writeStream.queryName(FIGURES_QUERY).format("noop")
+            .trigger(processingTime=f"{interval_ms} milliseconds").start())
+
+
 def run_streaming(spark: Any, cluster: Any, interval_ms: int, checkpoint: str,
-                  stopping: threading.Event | None = None) -> None:
+                  stopping: threading.Event | None = None, figures_ms: int | None = None) -> None:
     """One round per micro-batch until SIGTERM/SIGINT; the stop waits for the round in progress. A
-    round that fails stops the query, and its error is raised here."""
+    round that fails stops the query, and its error is raised here. Beside it the `replog-rounds`
+    query (start_round_figures) reports the rounds' figures every `figures_ms` (None: every
+    `interval_ms`; 0: no such query)."""
     from pyspark.sql.streaming import StreamingQueryListener
 
     class Progress(StreamingQueryListener):
@@ -182,7 +226,13 @@ def run_streaming(spark: Any, cluster: Any, interval_ms: int, checkpoint: str,
 
         def onQueryProgress(self, event):
             p = event.progress
-            LOG.info("micro-batch %s done in %s ms", p.batchId, p.durationMs.get("triggerExecution"))
+            if p.name == FIGURES_QUERY:  # (at INFO when the rounds moved something)
+                from pipeline.round.figures import ROUND_FIGURES, moved
+                seen = p.observedMetrics[ROUND_FIGURES].asDict()
+                LOG.log(logging.INFO if moved(seen) else logging.DEBUG, "%s batch %s observed: %s", p.name,
+                        p.batchId, ", ".join(f"{k} {v}" for k, v in seen.items()))
+            else:
+                LOG.info("micro-batch %s done in %s ms", p.batchId, p.durationMs.get("triggerExecution"))
 
         def onQueryIdle(self, event):
             pass
@@ -214,7 +264,10 @@ def run_streaming(spark: Any, cluster: Any, interval_ms: int, checkpoint: str,
                 failures.append(err)
                 raise
 
-    spark.streams.addListener(Progress())
+    listener = Progress()
+    spark.streams.addListener(listener)
+    figures_ms = interval_ms if figures_ms is None else figures_ms
+    figures = start_round_figures(spark, cluster, figures_ms) if figures_ms else None
     query = (
         spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 1).load()
         .writeStream.queryName("replog-replicate").foreachBatch(one_round)
@@ -233,6 +286,10 @@ def run_streaming(spark: Any, cluster: Any, interval_ms: int, checkpoint: str,
     with in_round:  # the round in progress finishes first; later batches do nothing
         stopping.set()
     query.stop()
+    if figures is not None:
+        figures.processAllAvailable()  # (the last rounds' figures reach the progress before it stops)
+        figures.stop()
+    spark.streams.removeListener(listener)
     if failures:
         raise failures[0]
 
@@ -249,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         dirs, overrides = split_dirs_config(read_properties(args.conf_file) if args.conf_file else {})
         file_config = validate_cluster_config(overrides)
         interval_ms = parse_interval_ms(args.trigger_interval) if args.trigger_interval else None
+        figures_ms = (None if args.figures_interval is None else
+                      0 if args.figures_interval.strip().lower() == "off" else parse_interval_ms(args.figures_interval))
     except (ReplogError, ValueError, OSError) as err:
         print(f"replicate: {err}", file=sys.stderr)
         return 2
@@ -292,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             key = "replica.fetch.wait.max.ms"
             interval_ms = int(overrides[key]) if key in overrides else cluster.config.get(key, file_config[key])
         checkpoint = args.checkpoint or cluster.storage.join("checkpoints", "replicate")
-        run_streaming(spark, cluster, interval_ms, checkpoint, stopping)
+        run_streaming(spark, cluster, interval_ms, checkpoint, stopping, figures_ms)
         return 0
     except ReplogError as err:
         print(f"replicate: round failed: {err}", file=sys.stderr)

@@ -171,7 +171,7 @@ def with_producer_checks(summary_df: DataFrame, checks_df: DataFrame) -> DataFra
 _COUNTS = ("records_appended", "records_replicated", "results", "requests_acked", "requests_failed",
            "pending_requests", "changed", "unsettled", "isr_shrinks", "isr_expands", "isr_changes",
            "under_replicated_partitions", "under_min_isr_partitions", "at_min_isr_partitions", "offline_partitions",
-           "fetch_request_partitions", "fetch_response_partitions", "replicas", "changed_replicas")
+           "fetch_request_partitions", "fetch_response_partitions", "replicas", "changed_replicas", "hw_advances")
 
 
 class _Figures(AccumulatorParam):
@@ -185,10 +185,10 @@ class _Figures(AccumulatorParam):
         for name, value in b.items():
             if isinstance(value, set):
                 a[name] = a.get(name, set()) | value
-            elif isinstance(value, dict):
+            elif isinstance(value, dict):  # (summed by key; broker_max_lag: the largest by key)
                 merged = dict(a.get(name, {}))
                 for key, n in value.items():
-                    merged[key] = merged.get(key, 0) + n
+                    merged[key] = max(merged.get(key, 0), n) if name == "broker_max_lag" else merged.get(key, 0) + n
                 a[name] = merged
             elif name == "max_lag":
                 a[name] = max(a.get(name, 0), value)
@@ -228,7 +228,10 @@ def _bucket_figures(out: pa.Table, ctx: RoundContext) -> dict:
 def partition_gauges(out: pa.Table, ctx: RoundContext) -> dict:
     """Kafka's partition gauges over partition rows after a round (control/partition_health.py:
     under-replicated, under and at min ISR, offline); and the largest follower lag behind its
-    leader's LEO (the leaders with a follower behind: `lagging_leaders`)."""
+    leader's LEO (the leaders with a follower behind: `lagging_leaders`). Per broker too, as
+    Kafka's brokers report them: `broker_gauges` ((gauge, broker) -> partitions: the replicas a
+    broker hosts, the partitions it leads, and of those the under-replicated, under and at min
+    ISR ones) and `broker_max_lag` (broker -> its follower replicas' largest lag: MaxLag)."""
     def sizes(column: str) -> np.ndarray:
         return pc.list_value_length(out.column(column)).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
 
@@ -245,14 +248,36 @@ def partition_gauges(out: pa.Table, ctx: RoundContext) -> dict:
     followers = exists & ~is_leader & serving[:, None]
     lag = np.where(followers, np.where(is_leader, leo, 0).sum(axis=1)[:, None] - leo, 0)
     behind = (lag > 0).any(axis=1)
+    adding = sizes("adding_replicas")
+    led = ~partition_health.offline(leader)
+    by_leader = {"PartitionCount": brokers[exists], "LeaderCount": leader[led],
+                 "UnderReplicatedPartitions": leader[led & partition_health.under_replicated(isr, rf, adding)],
+                 "UnderMinIsrPartitionCount": leader[partition_health.under_min_isr(isr, min_isr, rf, leader)],
+                 "AtMinIsrPartitionCount": leader[partition_health.at_min_isr(isr, min_isr, rf, leader)]}
+    broker_gauges = {(gauge, int(b)): int(n) for gauge, ids in by_leader.items()
+                     for b, n in zip(*np.unique(ids, return_counts=True))}
     return {"lagging_leaders": set(leader[behind].tolist()),
-            **partition_health.gauges(isr, rf, sizes("adding_replicas"), min_isr, leader),
-            "max_lag": int(lag.max()) if lag.size else 0}
+            **partition_health.gauges(isr, rf, adding, min_isr, leader),
+            "max_lag": int(lag.max()) if lag.size else 0, "broker_gauges": broker_gauges,
+            "broker_max_lag": {int(b): int(lag[followers & (brokers == b)].max()) for b in np.unique(brokers[followers])}}
+
+
+def hw_advances(before: pa.Table, after: pa.Table) -> int:
+    """The partitions whose leader's high watermark moved up: partition rows before the round
+    (PARTITION_STATE_SCHEMA) against the control job's rows after it (rows of unknown partitions,
+    which carry only results, left out)."""
+    known = after.filter(after.column("is_known"))
+    if not len(known) or not len(before):
+        return 0
+    old = before.select(["topic", "partition", "high_watermark"]).rename_columns(["topic", "partition", "_before"])
+    pairs = known.select(["topic", "partition", "high_watermark"]).join(old, ["topic", "partition"])
+    return pc.sum(pc.greater(pairs.column("high_watermark"), pairs.column("_before"))).as_py() or 0
 
 
 def _bucket_rules(ctx: RoundContext, figures: Accumulator, state: pa.Table, requests: pa.Table) -> pa.Table:
     out, sessions = fetch_round_and_sessions(state, requests, ctx)
-    figures.add({**_bucket_figures(out, ctx), "followed_up_sessions": set(sessions.followed_up),
+    figures.add({**_bucket_figures(out, ctx), "hw_advances": hw_advances(state, out),
+                 "followed_up_sessions": set(sessions.followed_up),
                  "session_partitions_added": sessions.added, "log_start_brokers": set(sessions.log_start_brokers),
                  "throttled_bytes": sessions.throttled_bytes})
     return out
@@ -281,7 +306,8 @@ def run_control_job(state_df: DataFrame, summary_df: DataFrame, ctx: RoundContex
                                     .applyInArrow(partial(_bucket_rules, ctx, figures), CONTROL_OUTPUT_SCHEMA)
                                     .localCheckpoint())
     totals = {name: 0 for name in _COUNTS}
-    totals.update(max_lag=0, brokers=set(), lagging_leaders=set(), followed_up_sessions=set(),
+    totals.update(max_lag=0, brokers=set(), lagging_leaders=set(), followed_up_sessions=set(), broker_gauges={},
+                  broker_max_lag={},
                   session_partitions_added={}, log_start_brokers=set(), throttled_bytes={})
     totals.update(figures.value)
     return control, totals

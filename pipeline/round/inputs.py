@@ -47,6 +47,8 @@ class RoundReport:
     fetch_session_evictions: int = 0  # this round's; IncrementalFetchSessionEvictionsPerSec in metrics
     fetch_sessions: str | None = None  # JSON: every leader's session cache and fetcher's handle after it
     throttled_requests: int | None = 0  # produce requests left waiting for their client's quota
+    hw_advances: int | None = 0  # partitions whose leader's high watermark moved up
+    broker_gauges: str | None = None  # JSON: each broker's replica-manager gauges (round/figures.py)
     # ("leader" | "follower", broker) -> bytes moved for throttled replicas (KIP-73); not a column
     throttled_bytes: dict = field(default_factory=dict, compare=False)
     # a produce quota's sensor key -> (bytes of the requests it let through, quota); not a column
@@ -147,7 +149,7 @@ def idle_round(spark: SparkSession, storage: Storage, inputs: RoundInputs, previ
     report = replace(
         previous, round_id=inputs.round_id, now_ms=inputs.now_ms, inbox_version=inputs.last_inbox_version,
         fetch_request_partitions=0, fetch_response_partitions=0, records_appended=0, records_replicated=0,
-        requests_acked=0, requests_failed=0, isr_shrinks=0, isr_expands=0, batch_id=inputs.batch_id,
+        requests_acked=0, requests_failed=0, isr_shrinks=0, isr_expands=0, hw_advances=0, batch_id=inputs.batch_id,
         throttled_bytes={}, client_quota_bytes={}, phases={},
         duration_ms=int((time.perf_counter() - started) * 1000),
         **session_figures(inputs, inputs.sessions_after, inputs.handles_after))

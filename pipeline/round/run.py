@@ -23,6 +23,7 @@ from pipeline.control.producer_state import batches_in_leader_log
 from pipeline.round.active import Laps, RoundTables, run_active_round
 from pipeline.round.client_quotas import apply_client_quotas, deferred_requests, with_throttle_time
 from pipeline.round.control_job import partition_state_from_tables, produce_results, producer_checks
+from pipeline.round.figures import broker_gauges_json
 from pipeline.round.controller import ControllerWave, controller_requests_asked, controller_wave, unvalidated_brokers
 from pipeline.round.inputs import (CARRIED_TABLES, REQUEST_KEY, RoundInputs, RoundReport,
                                    rows_changed, session_figures, table_versions, with_input_versions)
@@ -345,9 +346,10 @@ class _RoundOnTables:
             **{name: int(figures[name]) for name in (
                 "records_appended", "records_replicated", "requests_acked", "requests_failed", "isr_shrinks",
                 "isr_expands", "under_replicated_partitions", "under_min_isr_partitions", "at_min_isr_partitions",
-                "offline_partitions", "max_lag", "pending_requests")},
+                "offline_partitions", "max_lag", "pending_requests", "hw_advances")},
             duration_ms=self._elapsed_ms(), batch_id=inputs.batch_id,
             **session_figures(inputs, after, handles), throttled_requests=self.quota.waiting,
+            broker_gauges=broker_gauges_json(figures["broker_gauges"], figures["broker_max_lag"], inputs.brokers),
             client_quota_bytes=self.quota.recorded, throttled_bytes=figures["throttled_bytes"],
             phases=dict(self.lap.phases))
 

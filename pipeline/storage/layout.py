@@ -100,8 +100,9 @@ LAYOUT_PROPERTY = "replog.layout"
 
 
 # 2: statistics on the columns reads skip by, of the logs, replica_state and results; 3: each log
-# stamped with its cluster and broker, and the brokers table's default locations relative to the root
-LAYOUT = 3
+# stamped with its cluster and broker, and the brokers table's default locations relative to the root;
+# 4: the rounds table's hw_advances and broker_gauges
+LAYOUT = 4
 
 
 # the tables later releases added: a root made before one lacks it, and every open creates it then

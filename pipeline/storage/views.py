@@ -7,7 +7,7 @@ from pyspark.sql import SparkSession
 from pipeline.control.topic_config import effective_setting_sql
 from pipeline.storage.locations import log_problem
 from pipeline.control.replication import RECORD_OVERHEAD_BYTES
-from pipeline.schemas import REPLICA_KEY
+from pipeline.schemas import BROKER_GAUGES, REPLICA_KEY
 from pipeline.storage import Storage, current_rows_sql
 
 __all__ = ["partitions_sql", "replicas_sql", "results_sql", "logs_sql", "committed_sql", "metrics_sql",
@@ -118,7 +118,10 @@ def metrics_history_sql(storage: Storage) -> str:
     round_id, now_ms). Cluster-wide figures have no broker (the *PerSec rates over the minute of
     cluster time up to each round, as metrics_sql); the fetch session caches' figures come once
     per leader broker too (NumIncrementalFetchSessions and NumIncrementalFetchPartitionsCached
-    are per-broker gauges in Kafka), from the caches each round recorded."""
+    are per-broker gauges in Kafka), from the caches each round recorded; and each broker's
+    replica-manager gauges as the round left them (PartitionCount, LeaderCount,
+    UnderReplicatedPartitions, UnderMinIsrPartitionCount, AtMinIsrPartitionCount, and the fetcher
+    manager's MaxLag: pipeline/round/figures.py), from rounds that kept them."""
     rounds = _t(storage, "rounds")
     window = f"(ORDER BY now_ms RANGE BETWEEN {RATE_WINDOW_MS - 1} PRECEDING AND CURRENT ROW)"
     gauges = ", ".join(f"'{name}', CAST({col} AS DOUBLE)" for name, col in _ROUND_GAUGES)
@@ -137,8 +140,16 @@ FROM (SELECT stack(2, 'NumIncrementalFetchSessions', CAST(count(*) AS DOUBLE),
              s.leader AS broker, round_id, now_ms
       FROM (SELECT round_id, now_ms, from_json(fetch_sessions, '{_SESSIONS_JSON}') AS j FROM {rounds})
       LATERAL VIEW explode(j.sessions) x AS s
-      GROUP BY s.leader, round_id, now_ms)"""
+      GROUP BY s.leader, round_id, now_ms)
+UNION ALL
+SELECT name, value, g.broker, round_id, now_ms
+FROM (SELECT round_id, now_ms, from_json(broker_gauges, '{_BROKER_GAUGES_JSON}') AS gauges FROM {rounds})
+LATERAL VIEW explode(gauges) x AS g
+LATERAL VIEW stack({len(BROKER_GAUGES)}, {", ".join(f"'{n}', CAST(g.{n} AS DOUBLE)" for n in BROKER_GAUGES)}) y
+  AS name, value"""
 
+
+_BROKER_GAUGES_JSON = f"array<struct<broker: int, {', '.join(f'{n}: bigint' for n in BROKER_GAUGES)}>>"
 
 _SESSIONS_JSON = ("struct<sessions: array<struct<leader: int, fetcher: string, privileged: boolean, session_id: int, "
                   "epoch: int, created_ms: bigint, last_used_ms: bigint, size: int>>, "
