@@ -16,6 +16,7 @@ import threading
 import time
 
 from pipeline import Cluster, ManualClock
+from pipeline.cli.progress import RoundProgress
 
 from bench_rounds import (STEP_MS, _round_line, child_env, job_jvm_peak_rss_mb, jvm_status_mb,  # noqa: E402
                           produce_steady, timed_round)
@@ -251,9 +252,12 @@ def endurance_run(spark, partitions: int, rounds: int, changed: int, seed: int, 
                     **endurance_figures(round_s, rounds), "maintenance_passes": passes, "samples": samples,
                     "round_s": round_s, "driver_jvm_peak_rss_mb": jvm_status_mb(spark)}
 
+        progress = RoundProgress(total=rounds)  # a live bar on a terminal, the lines below otherwise
         for n in range(1, rounds + 1):
             produce_steady(cluster, rng, partitions, changed)
-            took, _ = timed_round(cluster)
+            took, report = timed_round(cluster)
+            if progress.live:
+                progress.update(report)
             round_s.append(took)
             clock.advance(max(STEP_MS, int(took * 1000)))
             started = time.perf_counter()
@@ -272,6 +276,7 @@ def endurance_run(spark, partitions: int, rounds: int, changed: int, seed: int, 
                 with open(out, "w") as f:
                     json.dump({"scenario": "endurance", "machine": machine, "command": command,
                                "results": result()}, f, indent=2)
+        progress.close()
         return result()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -14,6 +14,7 @@ import time
 from pyspark.sql import functions as F
 
 from pipeline import Cluster, ManualClock
+from pipeline.cli.progress import CatchUpProgress
 
 
 MODES = ("incremental", "full")
@@ -209,14 +210,17 @@ def throughput(spark, records: int, partitions: int, value_bytes: int, max_round
         started = time.perf_counter()
         cluster.produce("bench", rows, acks=1)
         produce_s = time.perf_counter() - started
+        # records left: the copies the 3 replicas still have to write (a live bar on a terminal)
+        progress, left = CatchUpProgress(3 * records), 3 * records
         for n in range(1, max_rounds + 1):
             clock.advance(STEP_MS)
             seconds, report = timed_round(cluster)
             rounds.append({"s": seconds, "appended": report.records_appended, "replicated": report.records_replicated})
-            print(f"throughput round {n}: {seconds:.1f} s, appended {report.records_appended}, replicated "
-                  f"{report.records_replicated}", flush=True)
+            left -= report.records_appended + report.records_replicated
+            progress.left(report.round_id, left)
             if cluster.caught_up(report):
                 break
+        progress.close()
         replicated_s = time.perf_counter() - started
         leo = {r["broker"]: r["leo"] for r in cluster.replicas("bench").groupBy("broker").agg(
             F.sum("log_end_offset").alias("leo")).collect()}
