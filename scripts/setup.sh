@@ -9,11 +9,16 @@ SPARK_BINARY=4.2
 SCALA=2.13
 MAVEN=https://repo1.maven.org/maven2
 
-if ! command -v java >/dev/null 2>&1; then
+# the Java Spark will start: $JAVA_HOME's when set (as PySpark does), else the one on PATH
+java_cmd=java
+if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then
+  java_cmd="$JAVA_HOME/bin/java"
+fi
+if ! command -v "$java_cmd" >/dev/null 2>&1; then
   echo "setup: no 'java' on PATH. Install a Java 17 JDK (Debian: apt-get install openjdk-17-jdk-headless) and run 'make setup' again." >&2
   exit 1
 fi
-java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)
+java_major=$("$java_cmd" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)
 if [ "$java_major" != "17" ]; then
   echo "setup: Java ${java_major:-unknown} found, but Spark 4.2 with Delta 4.4 needs Java 17. Install a Java 17 JDK and put it first on PATH (or set JAVA_HOME)." >&2
   exit 1
@@ -47,7 +52,7 @@ fetch() {  # group-path artifact version
 }
 fetch io/delta "delta-spark_${SPARK_BINARY}_${SCALA}" "$DELTA_JAR_VERSION"
 fetch io/delta delta-storage "$DELTA_JAR_VERSION"
-# the driver JVM's class-data-sharing archive (pipeline/runtime/session.py): once per PySpark version, about
+# the driver JVM's class-data-sharing archive (pipeline/runtime/session.py): once per PySpark version and Java, about
 # a minute; JVMs start without it when it cannot be made
 archive=$(.venv/bin/python -c 'from pipeline.runtime import jvm_archive; print(jvm_archive())')
 if [ ! -f "$archive" ]; then

@@ -41,6 +41,26 @@ def test_setup_with_wrong_java_version_says_what_to_install(tmp_path):
     assert "Exception" not in result.stderr
 
 
+def test_spark_starts_on_java_17_names_any_other_and_keeps_an_archive_per_java(tmp_path, monkeypatch):
+    from pipeline.runtime import session
+
+    def java_home(version):
+        home = tmp_path / version
+        (home / "bin").mkdir(parents=True)
+        java = home / "bin" / "java"
+        java.write_text(f'#!{shutil.which("sh")}\necho \'openjdk version "{version}" 2025-07-15\' >&2\n')
+        java.chmod(0o755)
+        return str(home)
+
+    monkeypatch.setenv("JAVA_HOME", java_home("17.0.15"))
+    session._check_java()
+    assert session.jvm_archive().name.endswith("-java17.jsa")
+    monkeypatch.setenv("JAVA_HOME", java_home("21.0.8"))
+    assert session.jvm_archive().name.endswith("-java21.jsa")  # (an archive serves the JVM that made it)
+    with pytest.raises(SparkSetupError, match=r'needs Java 17, found: openjdk version "21.0.8"'):
+        session._check_java()
+
+
 def test_missing_delta_jars_name_the_fix(tmp_path, monkeypatch):
     with pytest.raises(SparkSetupError, match="run 'make setup'"):
         delta_jars(tmp_path, fetch=False)

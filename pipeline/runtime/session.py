@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -65,8 +67,12 @@ def delta_jars(jars_dir: Path | None = None, fetch: bool = True) -> list[str]:
 
 
 def jvm_archive() -> Path:
+    """The class-data-sharing archive of this PySpark's classes for the Java found (an archive
+    serves only the JVM release that made it)."""
     import pyspark
-    return cache.cache_dir() / "jvm" / f"pyspark-{pyspark.__version__}.jsa"
+    java = _java()
+    release = java_release(java)[0] if java else None
+    return cache.cache_dir() / "jvm" / f"pyspark-{pyspark.__version__}-java{release}.jsa"
 
 
 # Java's parallel garbage collector, for a process that makes and forgets many clusters (the test
@@ -92,15 +98,32 @@ def driver_java_options(short_lived: bool = False, parallel_gc: bool = False) ->
     return " ".join(options)
 
 
+# the Java releases the suite is known to pass on (Spark 4.2 names 17 and 21; no full Java 21
+# runtime could be installed on the machines the suite runs on, so 21 is not accepted yet)
+JAVA_RELEASES = (17,)
+
+
+def _java() -> str | None:
+    home = os.environ.get("JAVA_HOME")
+    return shutil.which("java", path=os.path.join(home, "bin")) if home else shutil.which("java")
+
+
+@functools.lru_cache(maxsize=None)
+def java_release(java: str) -> tuple[int | None, str]:
+    """The feature release of the `java` executable (17 for "17.0.15"; None when it says none it
+    can be read from), and the first line `java -version` printed."""
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    first = out.splitlines()[0] if out else "unknown"
+    found = re.search(r'version "(\d+)', out)
+    return (int(found.group(1)) if found else None), first
+
+
 def _check_java() -> None:
-    java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")) if os.environ.get(
-        "JAVA_HOME"
-    ) else shutil.which("java")
+    java = _java()
     if java is None:
         raise SparkSetupError("No Java found: install a Java 17 JDK (Spark 4.2 needs it) and retry.")
-    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
-    if 'version "17' not in out:
-        first = out.splitlines()[0] if out else "unknown"
+    release, first = java_release(java)
+    if release not in JAVA_RELEASES:
         raise SparkSetupError(f"Spark 4.2 with Delta 4.4 needs Java 17, found: {first}.")
 
 
