@@ -1,0 +1,1 @@
+"""Kafka's wire protocol: the front door that lets stock Kafka clients in (issue 51)."""
