@@ -212,6 +212,16 @@ class Cluster:
         df = self.spark.sql(views.replicas_sql(self.storage))
         return df if topic is None else df.filter(F.col("topic") == topic)
 
+    def serve(self, host: str = "127.0.0.1", port: int = 9092) -> Any:
+        """Serves Kafka's protocol for this cluster on host:port (0: a free port) from a thread of
+        its own, so that stock Kafka clients connect (pipeline/wire/; ApiVersions and Metadata so
+        far). Returns the server: `.port`, `.shutdown()`.
+
+        >>> server = cluster.serve(port=9092)   # bootstrap.servers=127.0.0.1:9092
+        """
+        from pipeline.wire.front_door import serve
+        return serve(self, host, port)
+
     def metrics(self) -> DataFrame:
         """name, value, round_id, now_ms: UnderReplicatedPartitions, UnderMinIsrPartitionCount,
         AtMinIsrPartitionCount, OfflinePartitionsCount, MaxLag, IsrShrinksPerSec, IsrExpandsPerSec,

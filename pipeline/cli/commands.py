@@ -337,3 +337,26 @@ def cmd_job(args: argparse.Namespace) -> None:
     code = subprocess.call(command, env=env)
     if code:
         raise SystemExit(code)
+
+
+def cmd_serve(args: argparse.Namespace) -> None:
+    """Kafka's protocol for the cluster at --root on --listen (pipeline/wire/), until SIGTERM or
+    Ctrl-C; the replication job may run beside it on the root."""
+    import signal
+    import threading
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise ReplogError(ErrorCode.INVALID_REQUEST, f"--listen {args.listen!r} is not HOST:PORT")
+    cluster = open_root(args)
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+    server = cluster.serve(host, int(port))
+    try:
+        print(f"Serving Kafka's protocol for {args.root} at {host}:{server.port} (ApiVersions, Metadata); "
+              "SIGTERM or Ctrl-C stops.", flush=True)
+        stop.wait()
+    finally:
+        server.shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("Stopped.")

@@ -8,7 +8,7 @@ from typing import Callable
 
 from pipeline.cli.admin import cmd_brokers, cmd_configs, cmd_consumer_groups, cmd_reassign, cmd_sessions
 from pipeline.cli.commands import (FILTERS, cmd_cluster, cmd_consume, cmd_job, cmd_maintain, cmd_produce,
-                                   cmd_produce_results, cmd_run, cmd_sql, cmd_topics)
+                                   cmd_produce_results, cmd_run, cmd_serve, cmd_sql, cmd_topics)
 
 __all__ = ["build_parser", "version_text"]
 
@@ -156,6 +156,11 @@ def _data_commands(command: Command) -> None:
     p.add_argument("--print-command", action="store_true", help="print the spark-submit command instead of running it")
 
     command("maintain", cmd_maintain, "compact small files, VACUUM and set log retention on every table and log")
+
+    p = command("serve", cmd_serve, "serve Kafka's protocol for the cluster, so stock Kafka clients connect "
+                "(ApiVersions and Metadata so far)")
+    p.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT to listen on (default 127.0.0.1:9092; "
+                   "port 0: a free one)")
 
 
 def _admin_commands(command: Command) -> None:
