@@ -10,7 +10,7 @@ from kio.schema.metadata.v1.request import MetadataRequest as MetadataRequestV1
 from kio.schema.metadata.v0.request import MetadataRequest as MetadataRequestV0
 from kio.schema.metadata.v12 import response as v12
 from kio.schema.metadata.v1 import response as v1
-from kio.static.primitive import i32
+from kio.static.primitive import i8, i32, i64
 
 from pipeline.wire.front_door import serve
 from pipeline.wire.metadata import metadata_response, requested_topics, topic_id
@@ -132,8 +132,79 @@ def test_replog_serve_answers_stock_clients_until_sigterm(capsys, new_cluster):
     assert main(["serve", "--root", cluster.storage.root, "--listen", f"127.0.0.1:{port}"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert seen == {"partitions": {0, 1}}
-    assert out == [f"Serving Kafka's protocol for {cluster.storage.root} at 127.0.0.1:{port} (ApiVersions, Metadata);"
-                   " SIGTERM or Ctrl-C stops.", "Stopped."]
+    assert out == [f"Serving Kafka's protocol for {cluster.storage.root} at 127.0.0.1:{port} "
+                   "(ApiVersions, Metadata, ListOffsets); SIGTERM or Ctrl-C stops.", "Stopped."]
     assert signal.getsignal(signal.SIGTERM) is handler  # (the command put the handlers back)
     assert main(["serve", "--root", cluster.storage.root, "--listen", "9092"]) == 1
     assert capsys.readouterr().err.strip().splitlines() == ["replog: INVALID_REQUEST: --listen '9092' is not HOST:PORT"]
+
+
+def test_list_offsets_answers_latest_earliest_and_timestamps_with_kafkas_errors():
+    from kio.schema.list_offsets.v6 import request as q, response as a
+    from pipeline.wire.list_offsets import list_offsets_response
+
+    def asked(partition, timestamp, epoch=-1):
+        return q.ListOffsetsPartition(partition_index=i32(partition), current_leader_epoch=i32(epoch),
+                                      timestamp=i64(timestamp))
+
+    body = q.ListOffsetsRequest(replica_id=i32(-1), isolation_level=i8(0), topics=(
+        q.ListOffsetsTopic(name="orders", partitions=(asked(0, -1), asked(0, -2), asked(0, 500), asked(0, 900),
+                                                      asked(1, -1), asked(0, -1, epoch=1), asked(0, -1, epoch=3),
+                                                      asked(7, -1))),
+        q.ListOffsetsTopic(name="nope", partitions=(asked(0, -2),))))
+    partitions = {("orders", 0): {"leader": 0, "leader_epoch": 2, "log_start_offset": 4, "high_watermark": 9},
+                  ("orders", 1): {"leader": -1, "leader_epoch": 5, "log_start_offset": 0, "high_watermark": 0}}
+    found = {("orders", 0, 500): (6, 510, 1)}  # the first record at or after 500; none at 900
+    response = list_offsets_response(6, body, partitions, found, {("orders", 0): 1})
+
+    def answer(partition, error=ErrorCode.none, timestamp=-1, offset=-1, epoch=-1):
+        return a.ListOffsetsPartitionResponse(partition_index=i32(partition), error_code=error,
+                                              timestamp=i64(timestamp), offset=i64(offset), leader_epoch=i32(epoch))
+
+    assert response.topics == (
+        a.ListOffsetsTopicResponse(name="orders", partitions=(
+            answer(0, offset=9, epoch=2),  # LATEST: the HW, the partition's epoch
+            answer(0, offset=4, epoch=1),  # EARLIEST: the log start, the epoch of its record
+            answer(0, timestamp=510, offset=6, epoch=1), answer(0),
+            answer(1, ErrorCode.not_leader_or_follower),
+            answer(0, ErrorCode.fenced_leader_epoch), answer(0, ErrorCode.unknown_leader_epoch),
+            answer(7, ErrorCode.unknown_topic_or_partition))),
+        a.ListOffsetsTopicResponse(name="nope", partitions=(answer(0, ErrorCode.unknown_topic_or_partition),)))
+
+
+def test_stock_consumers_list_offsets_by_time_and_at_both_ends(new_cluster, clock):
+    from confluent_kafka import Consumer, TopicPartition as Partition
+    from kafka import KafkaConsumer, TopicPartition
+    from tests.helpers import advance_round
+
+    cluster = new_cluster(brokers=3)
+    cluster.create_topic("orders", partitions=2, replication_factor=3)
+    cluster.produce("orders", [{"value": f"a{i}", "partition": i % 2} for i in range(6)], acks="all")
+    advance_round(cluster)
+    clock.advance(10_000)
+    later = clock.now_ms()
+    cluster.produce("orders", [{"value": f"b{i}", "partition": 0} for i in range(2)], acks="all")
+    advance_round(cluster)
+    offsets = {r["partition"]: r["offset"] for r in cluster.read("orders").filter(f"timestamp >= {later}")
+               .groupBy("partition").agg({"offset": "min"}).withColumnRenamed("min(offset)", "offset").collect()}
+    assert offsets == {0: 3}
+    server = serve(cluster, port=0)
+    try:
+        consumer = KafkaConsumer(bootstrap_servers=f"127.0.0.1:{server.port}", request_timeout_ms=120_000)
+        try:
+            tps = [TopicPartition("orders", 0), TopicPartition("orders", 1)]
+            assert consumer.end_offsets(tps) == {tps[0]: 5, tps[1]: 3}
+            assert consumer.beginning_offsets(tps) == {tps[0]: 0, tps[1]: 0}
+            by_time = consumer.offsets_for_times({tps[0]: later, tps[1]: later})
+            assert by_time[tps[1]] is None and (by_time[tps[0]].offset, by_time[tps[0]].timestamp) == (3, later)
+        finally:
+            consumer.close()
+        rd = Consumer({"bootstrap.servers": f"127.0.0.1:{server.port}", "group.id": "g"})  # librdkafka
+        try:
+            assert rd.get_watermark_offsets(Partition("orders", 0), timeout=120) == (0, 5)
+            [found] = rd.offsets_for_times([Partition("orders", 0, later)], timeout=120)
+            assert found.offset == 3 and found.error is None
+        finally:
+            rd.close()
+    finally:
+        server.shutdown()

@@ -352,8 +352,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
     server = cluster.serve(host, int(port))
     try:
-        print(f"Serving Kafka's protocol for {args.root} at {host}:{server.port} (ApiVersions, Metadata); "
-              "SIGTERM or Ctrl-C stops.", flush=True)
+        print(f"Serving Kafka's protocol for {args.root} at {host}:{server.port} (ApiVersions, Metadata, "
+              "ListOffsets); SIGTERM or Ctrl-C stops.", flush=True)
         stop.wait()
     finally:
         server.shutdown()
