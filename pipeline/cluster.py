@@ -214,8 +214,7 @@ class Cluster:
 
     def serve(self, host: str = "127.0.0.1", port: int = 9092) -> Any:
         """Serves Kafka's protocol for this cluster on host:port (0: a free port) from a thread of
-        its own, so that stock Kafka clients connect (pipeline/wire/; ApiVersions, Metadata and
-        ListOffsets so far). Returns the server: `.port`, `.shutdown()`.
+        its own, so that stock Kafka clients connect (pipeline/wire/; no Produce or Fetch yet). Returns the server: `.port`, `.shutdown()`.
 
         >>> server = cluster.serve(port=9092)   # bootstrap.servers=127.0.0.1:9092
         """

@@ -133,7 +133,8 @@ def test_replog_serve_answers_stock_clients_until_sigterm(capsys, new_cluster):
     out = capsys.readouterr().out.splitlines()
     assert seen == {"partitions": {0, 1}}
     assert out == [f"Serving Kafka's protocol for {cluster.storage.root} at 127.0.0.1:{port} "
-                   "(ApiVersions, Metadata, ListOffsets); SIGTERM or Ctrl-C stops.", "Stopped."]
+                   "(ApiVersions, Metadata, ListOffsets, FindCoordinator, OffsetCommit, OffsetFetch); SIGTERM or "
+                   "Ctrl-C stops.", "Stopped."]
     assert signal.getsignal(signal.SIGTERM) is handler  # (the command put the handlers back)
     assert main(["serve", "--root", cluster.storage.root, "--listen", "9092"]) == 1
     assert capsys.readouterr().err.strip().splitlines() == ["replog: INVALID_REQUEST: --listen '9092' is not HOST:PORT"]
@@ -206,5 +207,90 @@ def test_stock_consumers_list_offsets_by_time_and_at_both_ends(new_cluster, cloc
             assert found.offset == 3 and found.error is None
         finally:
             rd.close()
+    finally:
+        server.shutdown()
+
+
+def test_group_offsets_commit_what_exists_refuse_the_rest_and_fetch_back_with_kafkas_errors():
+    from kio.schema.find_coordinator.v3 import request as fq
+    from kio.schema.offset_commit.v8 import request as cq, response as ca
+    from kio.schema.offset_fetch.v7 import request as oq
+    from pipeline.wire.groups import (find_coordinator_response, offset_commit_plan, offset_commit_response,
+                                      offset_fetch_response)
+
+    def part(index, offset, metadata=None):
+        return cq.OffsetCommitRequestPartition(partition_index=i32(index), committed_offset=i64(offset),
+                                               committed_metadata=metadata)
+
+    def commit(group="billing", generation=-1):
+        return cq.OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=i32(generation), member_id="",
+                                      topics=(cq.OffsetCommitRequestTopic(name="orders", partitions=(
+                                          part(0, 5, "m"), part(1, 7), part(9, 1), part(0, 6, "x" * 4097))),))
+
+    known = {("orders", 0), ("orders", 1)}
+    commits, errors = offset_commit_plan(commit(), known)
+    assert commits == {None: {("orders", 1): 7}}  # (partition 0's last entry, too large, decides)
+    assert errors == {("orders", 9): ErrorCode.unknown_topic_or_partition,
+                      ("orders", 0): ErrorCode.offset_metadata_too_large}
+    response = offset_commit_response(8, commit(), errors)
+    assert [p.error_code for p in response.topics[0].partitions] == [
+        ErrorCode.offset_metadata_too_large, ErrorCode.none, ErrorCode.unknown_topic_or_partition,
+        ErrorCode.offset_metadata_too_large]
+    assert offset_commit_plan(commit(), known | {("orders", 9)})[0] == {None: {("orders", 1): 7, ("orders", 9): 1}}
+    assert isinstance(response, ca.OffsetCommitResponse)
+    # a managed group's member (a generation) has no group here; an empty group id is invalid
+    assert set(offset_commit_plan(commit(generation=3), known)[1].values()) == {ErrorCode.illegal_generation}
+    assert offset_commit_plan(commit(generation=3), known)[0] == {}
+    assert set(offset_commit_plan(commit(group=" "), known)[1].values()) == {ErrorCode.invalid_group_id}
+
+    committed = {("orders", 0): (5, "m"), ("audit", 0): (2, None)}
+    asked = oq.OffsetFetchRequest(group_id="billing", topics=(
+        oq.OffsetFetchRequestTopic(name="orders", partition_indexes=(i32(0), i32(1))),))
+    fetched = offset_fetch_response(7, asked, committed)
+    assert [(t.name, p.partition_index, p.committed_offset, p.metadata, p.error_code)
+            for t in fetched.topics for p in t.partitions] == [
+        ("orders", 0, 5, "m", ErrorCode.none), ("orders", 1, -1, "", ErrorCode.none)]
+    every = offset_fetch_response(7, oq.OffsetFetchRequest(group_id="billing", topics=None), committed)
+    assert [(t.name, [p.committed_offset for p in t.partitions]) for t in every.topics] == [("audit", [2]),
+                                                                                          ("orders", [5])]
+
+    coordinator = find_coordinator_response(3, fq.FindCoordinatorRequest(key="billing", key_type=i8(0)), [2, 1],
+                                            "h", 9)
+    assert (coordinator.error_code, coordinator.node_id, coordinator.host, coordinator.port) == (
+        ErrorCode.none, 1, "h", 9)
+    transactional = find_coordinator_response(3, fq.FindCoordinatorRequest(key="tx", key_type=i8(1)), [1], "h", 9)
+    assert (transactional.error_code, transactional.node_id) == (ErrorCode.coordinator_not_available, -1)
+
+
+def test_stock_consumers_commit_and_fetch_group_offsets_through_the_front_door(new_cluster):
+    from confluent_kafka import Consumer, TopicPartition as Partition
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    cluster = new_cluster(brokers=3)
+    cluster.create_topic("orders", partitions=2, replication_factor=3)
+    server = serve(cluster, port=0)
+    try:
+        consumer = KafkaConsumer(bootstrap_servers=f"127.0.0.1:{server.port}", group_id="billing",
+                                 enable_auto_commit=False, request_timeout_ms=120_000)
+        try:
+            tp = TopicPartition("orders", 0)
+            consumer.assign([tp])  # (the door serves no group membership: partitions are assigned by hand)
+            consumer.commit({tp: OffsetAndMetadata(0, "first", -1)})
+            assert consumer.committed(tp) == 0
+        finally:
+            consumer.close()
+        assert [(r["topic"], r["partition"], r["committed_offset"], r["metadata"])
+                for r in cluster.committed_offsets("billing").collect()] == [("orders", 0, 0, "first")]
+        rd = Consumer({"bootstrap.servers": f"127.0.0.1:{server.port}", "group.id": "billing",
+                       "enable.auto.commit": False})  # librdkafka
+        try:
+            assert [p.offset for p in rd.committed([Partition("orders", 0), Partition("orders", 1)],
+                                                   timeout=120)] == [0, -1001]  # (-1001: none committed)
+            rd.commit(offsets=[Partition("orders", 1, 0)], asynchronous=False)
+        finally:
+            rd.close()
+        assert sorted((r["partition"], r["committed_offset"]) for r in cluster.committed_offsets("billing")
+                      .collect()) == [(0, 0), (1, 0)]
     finally:
         server.shutdown()

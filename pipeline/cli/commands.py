@@ -353,7 +353,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     server = cluster.serve(host, int(port))
     try:
         print(f"Serving Kafka's protocol for {args.root} at {host}:{server.port} (ApiVersions, Metadata, "
-              "ListOffsets); SIGTERM or Ctrl-C stops.", flush=True)
+              "ListOffsets, FindCoordinator, OffsetCommit, OffsetFetch); SIGTERM or Ctrl-C stops.", flush=True)
         stop.wait()
     finally:
         server.shutdown()

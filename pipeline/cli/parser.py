@@ -158,7 +158,7 @@ def _data_commands(command: Command) -> None:
     command("maintain", cmd_maintain, "compact small files, VACUUM and set log retention on every table and log")
 
     p = command("serve", cmd_serve, "serve Kafka's protocol for the cluster, so stock Kafka clients connect "
-                "(ApiVersions, Metadata and ListOffsets so far)")
+                "(no Produce or Fetch yet)")
     p.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT to listen on (default 127.0.0.1:9092; "
                    "port 0: a free one)")
 
