@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pipeline.core import ClusterCore
 
 __all__ = ["create_topic", "delete_records", "elect_preferred_leaders", "reassign_partitions", "add_broker",
-           "decommission_broker"]
+           "decommission_broker", "producer_id_block", "PRODUCER_ID_BLOCK_SIZE"]
 
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
@@ -36,8 +36,9 @@ def _validate_topic_name(name: Any) -> None:
 
 
 def create_topic(core: "ClusterCore", topic: str, partitions: int = 1, replication_factor: int = 1,
-                 config: Mapping[str, Any] | None = None) -> None:
-    """A topic with Kafka's replica assignment (Cluster.create_topic)."""
+                 config: Mapping[str, Any] | None = None, validate_only: bool = False) -> None:
+    """A topic with Kafka's replica assignment (Cluster.create_topic); `validate_only`: every check,
+    nothing written."""
     _validate_topic_name(topic)
     if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
         raise ReplogError(ErrorCode.INVALID_PARTITIONS, f"partitions must be an int >= 1, got {partitions!r}")
@@ -53,6 +54,8 @@ def create_topic(core: "ClusterCore", topic: str, partitions: int = 1, replicati
         raise ReplogError(ErrorCode.INVALID_REPLICATION_FACTOR,
                           f"replication factor {rf} is more than the {len(placeable)} brokers that take new "
                           f"replicas ({len(core.brokers) - len(placeable)} being decommissioned)")
+    if validate_only:
+        return
     now = core.admin_now_ms()
     start = len(core.metadata.topics()) % len(placeable)
     assignment = assign_replicas(placeable, partitions, rf, start_index=start)
@@ -195,3 +198,28 @@ def decommission_broker(core: "ClusterCore", broker: int) -> dict[tuple[str, int
     if plan:
         reassign_partitions(core, plan)
     return plan
+
+
+# Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE: the controller hands producer ids to brokers in blocks of 1000
+PRODUCER_ID_BLOCK_SIZE = 1000
+PRODUCER_ID_CLAIM_PROPERTY = "replog.producerIds.claim"
+
+
+def producer_id_block(core: "ClusterCore", attempts: int = 20) -> range:
+    """A block of producer ids no other caller gets (Kafka's AllocateProducerIds): a claim is one
+    commit to the cluster table (a table property naming the claim), and the block is that commit's
+    version times PRODUCER_ID_BLOCK_SIZE, so two claims never share a block. A claim that conflicts
+    with another writer's commit is retried."""
+    storage = core.storage
+    for _ in range(attempts):
+        claim = str(uuid.uuid4())
+        if not storage.set_cluster_property(PRODUCER_ID_CLAIM_PROPERTY, claim):
+            continue
+        history = core.spark.sql(f"DESCRIBE HISTORY delta.`{storage.path('cluster')}` LIMIT 50")
+        found = (history.filter(F.col("operationParameters")["properties"].contains(claim))
+                 .select("version").collect())
+        if found:
+            start = found[0]["version"] * PRODUCER_ID_BLOCK_SIZE
+            return range(start, start + PRODUCER_ID_BLOCK_SIZE)
+    raise ReplogError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                      f"no producer id block after {attempts} claims on the cluster table; try again")

@@ -127,15 +127,16 @@ class Cluster:
 
     # -- topics and produce ------------------------------------------------------------------
     def create_topic(self, topic: str, partitions: int = 1, replication_factor: int = 1,
-                     config: Mapping[str, Any] | None = None) -> None:
+                     config: Mapping[str, Any] | None = None, validate_only: bool = False) -> None:
         """A topic with Kafka's replica assignment; its leaders are the first replicas. `config`:
         topic overrides (retention.ms, min.insync.replicas, cleanup.policy, ...). Errors:
         INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_CONFIG,
-        TOPIC_ALREADY_EXISTS.
+        TOPIC_ALREADY_EXISTS. `validate_only`: the checks only, nothing created (Kafka's
+        CreateTopicsOptions.validateOnly).
 
         >>> cluster.create_topic("orders", partitions=8, replication_factor=3, config={"min.insync.replicas": 2})
         """
-        admin.create_topic(self.core, topic, partitions, replication_factor, config)
+        admin.create_topic(self.core, topic, partitions, replication_factor, config, validate_only)
 
     def topics(self) -> DataFrame:
         """topic, partitions, replication_factor, config (its overrides as JSON), created_ms."""
@@ -152,6 +153,14 @@ class Cluster:
         >>> cluster.produce("orders", [{"key": "k1", "value": "v1"}], acks="all")
         """
         return produce_request(self.core, topic, records, acks, client_id, user)
+
+    def producer_id_block(self) -> range:
+        """A block of 1000 producer ids for idempotent producers that no other call, in any
+        process, gets (Kafka's AllocateProducerIds; the front door's InitProducerId hands them out).
+
+        >>> ids = cluster.producer_id_block(); ids[0]
+        """
+        return admin.producer_id_block(self.core)
 
     def produce_results(self) -> DataFrame:
         """request_id, topic, partition, base_offset, last_offset, acks, status, error_code."""

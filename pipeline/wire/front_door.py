@@ -1,51 +1,282 @@
 """The front door: Kafka's protocol served from a cluster (issue 51). `serve(cluster, ...)` starts
 the server (pipeline/wire/server.py) with a handler that answers each API from the cluster's
-tables through the rules in this package; the replication job may run beside it on the root.
+tables through the rules in this package; the replication job may run beside it on the root, or
+the door runs the rounds itself (`run_rounds`).
 
-Served so far: ApiVersions, Metadata (v0-v12), ListOffsets (v1-v6), and for consumers that
-assign their partitions themselves FindCoordinator (v0-v3), OffsetCommit (v2-v8) and OffsetFetch
-(v1-v7) (pipeline/wire/groups.py). A client that asks for any other API has its
-connection closed, as Kafka closes one for an API it does not serve.
+Served: ApiVersions, Metadata (v0-v12), Produce (v3-v9), Fetch (v4-v12), ListOffsets (v1-v6),
+InitProducerId (v0-v4), CreateTopics (v2-v7), and for consumers that assign their partitions
+themselves FindCoordinator (v0-v3), OffsetCommit (v2-v8) and OffsetFetch (v1-v7)
+(pipeline/wire/groups.py). A client that asks for any other API has its connection closed, as
+Kafka closes one for an API it does not serve.
+
+The door's calls into the cluster take one lock (a Cluster object is used by one thread at a
+time); the rounds it runs use a Cluster of their own. A request that waits (a Produce for its round's result,
+a Fetch with nothing new for max.wait.ms) waits without it, on a RoundWatch: the rounds table's
+version, read from its Delta log every POLL_MS (no Spark job), so rounds run by a job beside the
+door wake it as well as the door's own.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from typing import Any
 
+from pyspark.sql import functions as F
+
 from pipeline.errors import ReplogError
+from pipeline.wire.fetch import FETCH, RECORD_OVERHEAD, fetch_ranges, fetch_response
 from pipeline.wire.groups import (FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, find_coordinator_response,
                                   offset_commit_plan, offset_commit_response, offset_fetch_response)
 from pipeline.wire.list_offsets import EARLIEST, LIST_OFFSETS, list_offsets_response, timestamps_asked
 from pipeline.wire.metadata import METADATA, metadata_response, requested_topics
+from pipeline.wire.produce import (INIT_PRODUCER_ID, PRODUCE, init_producer_id_response, produce_plan,
+                                   produce_response, result_of)
 from pipeline.wire.protocol import API_VERSIONS, MAX_REQUEST_BYTES, Request
+from pipeline.wire.records import write_fetched
 from pipeline.wire.server import WireServer, serve_kafka
+from pipeline.wire.topics import CREATE_TOPICS, create_topics_response, topics_asked
 
-__all__ = ["FrontDoor", "serve", "SERVED_APIS"]
+__all__ = ["FrontDoor", "RoundWatch", "serve", "SERVED_APIS", "POLL_MS"]
 
-# api key -> the versions the door serves (ApiVersions announces them)
-SERVED_APIS = {API_VERSIONS: (0, 3), METADATA: (0, 12), LIST_OFFSETS: (1, 6), FIND_COORDINATOR: (0, 3),
-               OFFSET_COMMIT: (2, 8), OFFSET_FETCH: (1, 7)}
+LOG = logging.getLogger("replog.wire")
 
+# api key -> the versions the door serves (ApiVersions announces them). Fetch stops at v12 and
+# Produce at v9: later versions name topics by id only.
+SERVED_APIS = {PRODUCE: (3, 9), FETCH: (4, 12), API_VERSIONS: (0, 3), METADATA: (0, 12), LIST_OFFSETS: (1, 6),
+               FIND_COORDINATOR: (0, 3), OFFSET_COMMIT: (2, 8), OFFSET_FETCH: (1, 7), CREATE_TOPICS: (2, 7),
+               INIT_PRODUCER_ID: (0, 4)}
+
+# how often a waiting request looks for a new round (the rounds table's Delta log, ~4 ms a look)
+POLL_MS = 100
+
+
+class RoundWatch:
+    """The rounds table's newest version, looked up every POLL_MS while someone waits for a round."""
+
+    def __init__(self, storage: Any, poll_ms: int = POLL_MS):
+        self.storage, self.poll_ms = storage, poll_ms
+        self.closed = threading.Event()
+
+    def version(self) -> int:
+        return self.storage.version("rounds")
+
+    def wait_past(self, version: int, deadline: float) -> int | None:
+        """Waits until a round committed after `version` (its version) or the monotonic `deadline`
+        (None)."""
+        while not self.closed.is_set():
+            now = self.version()
+            if now > version:
+                return now
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self.closed.wait(min(left, self.poll_ms / 1000))
+        return None
+
+
+class RoundLoop:
+    """Rounds run by the door itself (serve(run_rounds=True)): one every `interval_ms`, or at once
+    when a produce request arrives. They run on a Cluster of their own on the root, as a job beside
+    the door would, so the door answers requests while a round runs."""
+
+    def __init__(self, cluster: Any, interval_ms: int):
+        from pipeline.cluster import Cluster
+        self.cluster = Cluster.open(cluster.spark, cluster.storage.root, clock=cluster.core.clock, views=False)
+        self.interval_ms = interval_ms
+        self.kicked, self.stopped = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._run, name="replog-wire-rounds", daemon=True)
+        self.thread.start()
+
+    def kick(self) -> None:
+        self.kicked.set()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.kicked.set()
+        self.thread.join(timeout=120)
+
+    def _run(self) -> None:
+        busy = False
+        while not self.stopped.is_set():
+            if not busy:
+                self.kicked.wait(self.interval_ms / 1000)
+            self.kicked.clear()
+            if self.stopped.is_set():
+                return
+            try:
+                report = self.cluster.run_round()
+                busy = not self.cluster.caught_up(report)
+            except Exception:  # noqa: BLE001 - a failed round is logged and the next one runs
+                LOG.exception("a round run by the front door failed")
+                busy = False
 
 class FrontDoor:
     """The handler: a request in, its response entity out, from `cluster`'s state. `host` and
     `port`: the address Metadata gives for every broker (the door's own)."""
 
-    def __init__(self, cluster: Any, host: str, port: int):
+    def __init__(self, cluster: Any, host: str, port: int, run_rounds: bool = False, round_interval_ms: int = 1000):
         self.cluster, self.host, self.port = cluster, host, port
+        self.lock = threading.RLock()
+        self.watch = RoundWatch(cluster.storage)
+        self.rounds = RoundLoop(cluster, round_interval_ms) if run_rounds else None
+        self._ids: list[int] = []
+
+    def close(self) -> None:
+        """Stops the door's rounds and releases the requests that wait."""
+        self.watch.closed.set()
+        if self.rounds is not None:
+            self.rounds.stop()
 
     def __call__(self, request: Request) -> Any:
-        if request.api_key == METADATA:
-            return self.metadata(request)
-        if request.api_key == LIST_OFFSETS:
-            return self.list_offsets(request)
-        if request.api_key == FIND_COORDINATOR:
-            return find_coordinator_response(request.api_version, request.body, self._live(), self.host, self.port)
-        if request.api_key == OFFSET_COMMIT:
-            return self.offset_commit(request)
-        if request.api_key == OFFSET_FETCH:
-            return self.offset_fetch(request)
+        if request.api_key == PRODUCE:
+            return self.produce(request)
+        if request.api_key == FETCH:
+            return self.fetch(request)
+        with self.lock:
+            if request.api_key == METADATA:
+                return self.metadata(request)
+            if request.api_key == LIST_OFFSETS:
+                return self.list_offsets(request)
+            if request.api_key == FIND_COORDINATOR:
+                return find_coordinator_response(request.api_version, request.body, self._live(), self.host, self.port)
+            if request.api_key == OFFSET_COMMIT:
+                return self.offset_commit(request)
+            if request.api_key == OFFSET_FETCH:
+                return self.offset_fetch(request)
+            if request.api_key == INIT_PRODUCER_ID:
+                return self.init_producer_id(request)
+            if request.api_key == CREATE_TOPICS:
+                return self.create_topics(request)
         raise AssertionError(f"API key {request.api_key} is not served")  # (the server admits only SERVED_APIS)
+
+    # -- produce -----------------------------------------------------------------------------
+    def produce(self, request: Request) -> Any:
+        """Appends the request's records to the inbox (one produce request per topic), then waits
+        for the rounds' results (acks 1 and -1) until the request's timeout."""
+        body = request.body
+        deadline = time.monotonic() + max(int(body.timeout.total_seconds() * 1000), 0) / 1000
+        with self.lock:
+            counts = {}
+            for topic in {t.name for t in body.topic_data}:
+                meta = self.cluster.core.metadata.topic(topic)
+                if meta is not None:
+                    counts[topic] = meta["partitions"]
+            plan = produce_plan(body, counts)
+            version = self.watch.version()
+            ids = {topic: self.cluster.produce(topic, records, acks=plan.acks, client_id=request.client_id or None)
+                   for topic, records in plan.records.items()}
+        if self.rounds is not None and ids:
+            self.rounds.kick()
+        if plan.acks == 0:
+            return None
+        waiting = {(topic, p): ids[topic] for topic, parts in plan.partitions.items() for p in parts}
+        answers: dict = {}
+        while waiting:
+            self._answer(waiting, answers)
+            if not waiting:
+                break
+            seen = self.watch.wait_past(version, deadline)
+            if seen is None:
+                break
+            version = seen
+        with self.lock:
+            log_start = self._log_start(list(answers)) if answers else {}
+        return produce_response(request.api_version, body, plan, answers, log_start)
+
+    def _answer(self, waiting: dict, answers: dict) -> None:
+        """Moves the partitions whose results are final from `waiting` to `answers`."""
+        with self.lock:
+            rows = (self.cluster.produce_results().filter(F.col("request_id").isin(sorted(set(waiting.values()))))
+                    .select("request_id", "topic", "partition", "status", "error_code", "base_offset").collect())
+        by_key = {(r["request_id"], r["topic"], r["partition"]): r.asDict() for r in rows}
+        for (topic, partition), request_id in list(waiting.items()):
+            row = by_key.get((request_id, topic, partition))
+            answer = result_of([row] if row else [])
+            if answer is not None:
+                answers[(topic, partition)] = answer
+                del waiting[(topic, partition)]
+
+    def _log_start(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        topics = sorted({t for t, _ in keys})
+        rows = (self.cluster.describe().filter(F.col("topic").isin(topics))
+                .select("topic", "partition", "log_start_offset").collect())
+        return {(r["topic"], r["partition"]): r["log_start_offset"] for r in rows}
+
+    def init_producer_id(self, request: Request) -> Any:
+        producer_id = None
+        if request.body.transactional_id is None:
+            if not self._ids:
+                self._ids = list(reversed(self.cluster.producer_id_block()))
+            producer_id = self._ids.pop()
+        return init_producer_id_response(request.api_version, request.body, producer_id)
+
+    # -- fetch -------------------------------------------------------------------------------
+    def fetch(self, request: Request) -> Any:
+        """The committed records from each partition's fetch offset; with none, waits for a round
+        until max.wait.ms and looks once more."""
+        body = request.body
+        deadline = time.monotonic() + max(int(body.max_wait.total_seconds() * 1000), 0) / 1000
+        while True:
+            with self.lock:
+                version = self.watch.version()
+                partitions, errors, records = self._fetch_once(body)
+            if records or errors or time.monotonic() >= deadline:
+                break
+            if self.watch.wait_past(version, deadline) is None:
+                break
+        return fetch_response(request.api_version, body, partitions, errors, records)
+
+    def _fetch_once(self, body: Any) -> tuple[dict, dict, dict]:
+        topics = sorted({t.topic for t in body.topics})
+        rows = (self.cluster.describe().filter(F.col("topic").isin(topics))
+                .select("topic", "partition", "leader", "leader_epoch", "log_start_offset", "high_watermark",
+                        "log_end_offset").collect())
+        partitions = {(r["topic"], r["partition"]): r.asDict() for r in rows}
+        ranges, errors = fetch_ranges(body, partitions)
+        records: dict = {}
+        budget = int(body.max_bytes) if hasattr(body, "max_bytes") else 2**31 - 1
+        for topic in sorted({t for t, _ in ranges}):
+            asked = [(p, lo, hi, max_bytes) for (t, p), (lo, hi, max_bytes) in ranges.items() if t == topic]
+            spark = self.cluster.spark
+            wanted = spark.createDataFrame(asked, "partition int, lo long, hi long, max_bytes int")
+            size = (F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
+                    + F.lit(RECORD_OVERHEAD))
+            before = F.sum(size).over(_by_offset()) - size
+            rows = (self.cluster.read(topic).join(F.broadcast(wanted), "partition")
+                    .filter((F.col("offset") >= F.col("lo")) & (F.col("offset") < F.col("hi")))
+                    .withColumn("_before", before).filter((F.col("_before") < F.col("max_bytes"))
+                                                          | (F.col("offset") == F.col("lo")))
+                    .select("partition", "offset", "leader_epoch", "timestamp", "key", "value", "_before")
+                    .orderBy("partition", "offset").collect())
+            by_partition: dict[int, list] = {}
+            for r in rows:
+                by_partition.setdefault(r["partition"], []).append(r)
+            for partition, recs in sorted(by_partition.items()):
+                if budget <= 0 and records:
+                    break
+                data = write_fetched((r["offset"], r["leader_epoch"], r["timestamp"], r["key"], r["value"])
+                                     for r in recs)
+                records[(topic, partition)] = data
+                budget -= len(data)
+        return partitions, errors, records
+
+    # -- topics ------------------------------------------------------------------------------
+    def create_topics(self, request: Request) -> Any:
+        asked = topics_asked(request.body)
+        validate_only = bool(getattr(request.body, "validate_only", False))
+        outcomes: dict = {}
+        for topic in asked:
+            if topic.error is not None or topic.name in outcomes:
+                continue
+            try:
+                self.cluster.create_topic(topic.name, topic.partitions, topic.replication_factor, topic.config or None,
+                                          validate_only=validate_only)
+                outcomes[topic.name] = None
+            except ReplogError as err:
+                outcomes[topic.name] = (err.code, err.detail)
+        return create_topics_response(request.api_version, asked, outcomes)
 
     def metadata(self, request: Request) -> Any:
         requested = requested_topics(request.api_version, request.body)
@@ -109,10 +340,17 @@ class FrontDoor:
         return list_offsets_response(request.api_version, body, partitions, found, first_epochs)
 
 
-def serve(cluster: Any, host: str = "127.0.0.1", port: int = 9092,
-          max_request_bytes: int = MAX_REQUEST_BYTES) -> WireServer:
-    """Starts the front door for `cluster` on host:port (0: a free port); `.shutdown()` stops it."""
-    door = FrontDoor(cluster, host, port)
-    server = serve_kafka(door, host, port, SERVED_APIS, max_request_bytes)
+def _by_offset() -> Any:
+    from pyspark.sql import Window
+    return Window.partitionBy("partition").orderBy("offset").rowsBetween(Window.unboundedPreceding, 0)
+
+
+def serve(cluster: Any, host: str = "127.0.0.1", port: int = 9092, max_request_bytes: int = MAX_REQUEST_BYTES,
+          run_rounds: bool = False, round_interval_ms: int = 1000) -> WireServer:
+    """Starts the front door for `cluster` on host:port (0: a free port); `.shutdown()` stops it.
+    `run_rounds`: the door runs the rounds (one every `round_interval_ms`, and at once for a
+    produce request); otherwise a replication job on the root runs them."""
+    door = FrontDoor(cluster, host, port, run_rounds, round_interval_ms)
+    server = serve_kafka(door, host, port, SERVED_APIS, max_request_bytes, on_shutdown=door.close)
     door.port = server.port  # (port 0: the one the system gave)
     return server
