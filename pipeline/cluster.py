@@ -221,14 +221,19 @@ class Cluster:
         df = self.spark.sql(views.replicas_sql(self.storage))
         return df if topic is None else df.filter(F.col("topic") == topic)
 
-    def serve(self, host: str = "127.0.0.1", port: int = 9092) -> Any:
+    def serve(self, host: str = "127.0.0.1", port: int = 9092, run_rounds: bool = False,
+              round_interval_ms: int = 1000) -> Any:
         """Serves Kafka's protocol for this cluster on host:port (0: a free port) from a thread of
-        its own, so that stock Kafka clients connect (pipeline/wire/; no Produce or Fetch yet). Returns the server: `.port`, `.shutdown()`.
+        its own, so that stock Kafka clients produce and consume (pipeline/wire/). `run_rounds`: the
+        server runs the rounds too (one every `round_interval_ms`, at once for a produce request);
+        otherwise a replication job on the root runs them. Returns the server: `.port`, `.shutdown()`.
 
-        >>> server = cluster.serve(port=9092)   # bootstrap.servers=127.0.0.1:9092
+        >>> server = cluster.serve(port=9092, run_rounds=True)   # bootstrap.servers=127.0.0.1:9092
         """
         from pipeline.wire.front_door import serve
-        return serve(self, host, port)
+        if isinstance(round_interval_ms, bool) or not isinstance(round_interval_ms, int) or round_interval_ms < 1:
+            raise ReplogError(ErrorCode.INVALID_CONFIG, f"round_interval_ms must be an int >= 1, got {round_interval_ms!r}")
+        return serve(self, host, port, run_rounds=run_rounds, round_interval_ms=round_interval_ms)
 
     def metrics(self) -> DataFrame:
         """name, value, round_id, now_ms: UnderReplicatedPartitions, UnderMinIsrPartitionCount,

@@ -101,7 +101,7 @@ def test_replog_serve_answers_stock_clients_until_sigterm(capsys, new_cluster):
     import signal
     import socket
     import threading
-    from kafka import KafkaConsumer
+    from kafka import KafkaConsumer, KafkaProducer
     from pipeline.cli import main
 
     cluster = new_cluster(brokers=3)
@@ -124,17 +124,23 @@ def test_replog_serve_answers_stock_clients_until_sigterm(capsys, new_cluster):
             consumer = KafkaConsumer(bootstrap_servers=f"127.0.0.1:{port}", request_timeout_ms=120_000)
             seen["partitions"] = consumer.partitions_for_topic("orders")
             consumer.close()
+            producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", acks="all", request_timeout_ms=120_000,
+                                     delivery_timeout_ms=240_000)
+            sent = producer.send("orders", value=b"through the door", partition=1).get(timeout=240)
+            producer.close()
+            seen["sent"] = (sent.partition, sent.offset)
         finally:
             os.kill(os.getpid(), signal.SIGTERM)
 
     handler = signal.getsignal(signal.SIGTERM)
     threading.Thread(target=client, daemon=True).start()
-    assert main(["serve", "--root", cluster.storage.root, "--listen", f"127.0.0.1:{port}"]) == 0
+    assert main(["serve", "--root", cluster.storage.root, "--listen", f"127.0.0.1:{port}", "--run-rounds",
+                 "--round-interval-ms", "200"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert seen == {"partitions": {0, 1}}
+    assert seen == {"partitions": {0, 1}, "sent": (1, 0)}  # (acks=all: answered once the round committed it)
+    assert [r["value"] for r in cluster.read("orders", partition=1).collect()] == [b"through the door"]
     assert out == [f"Serving Kafka's protocol for {cluster.storage.root} at 127.0.0.1:{port} "
-                   "(ApiVersions, Metadata, ListOffsets, FindCoordinator, OffsetCommit, OffsetFetch); SIGTERM or "
-                   "Ctrl-C stops.", "Stopped."]
+                   "(rounds every 200 ms here); SIGTERM or Ctrl-C stops.", "Stopped."]
     assert signal.getsignal(signal.SIGTERM) is handler  # (the command put the handlers back)
     assert main(["serve", "--root", cluster.storage.root, "--listen", "9092"]) == 1
     assert capsys.readouterr().err.strip().splitlines() == ["replog: INVALID_REQUEST: --listen '9092' is not HOST:PORT"]

@@ -341,7 +341,7 @@ def cmd_job(args: argparse.Namespace) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> None:
     """Kafka's protocol for the cluster at --root on --listen (pipeline/wire/), until SIGTERM or
-    Ctrl-C; the replication job may run beside it on the root."""
+    Ctrl-C; the replication job may run beside it on the root, or --run-rounds runs them here."""
     import signal
     import threading
     host, _, port = args.listen.rpartition(":")
@@ -350,10 +350,12 @@ def cmd_serve(args: argparse.Namespace) -> None:
     cluster = open_root(args)
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
-    server = cluster.serve(host, int(port))
+    server = cluster.serve(host, int(port), run_rounds=args.run_rounds, round_interval_ms=args.round_interval_ms)
+    rounds = (f"rounds every {args.round_interval_ms} ms here" if args.run_rounds
+              else "rounds from a replication job on the root")
     try:
-        print(f"Serving Kafka's protocol for {args.root} at {host}:{server.port} (ApiVersions, Metadata, "
-              "ListOffsets, FindCoordinator, OffsetCommit, OffsetFetch); SIGTERM or Ctrl-C stops.", flush=True)
+        print(f"Serving Kafka's protocol for {args.root} at {host}:{server.port} ({rounds}); "
+              "SIGTERM or Ctrl-C stops.", flush=True)
         stop.wait()
     finally:
         server.shutdown()

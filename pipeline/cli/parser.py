@@ -157,10 +157,14 @@ def _data_commands(command: Command) -> None:
 
     command("maintain", cmd_maintain, "compact small files, VACUUM and set log retention on every table and log")
 
-    p = command("serve", cmd_serve, "serve Kafka's protocol for the cluster, so stock Kafka clients connect "
-                "(no Produce or Fetch yet)")
+    p = command("serve", cmd_serve, "serve Kafka's protocol for the cluster, so stock Kafka clients produce "
+                "and consume")
     p.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT to listen on (default 127.0.0.1:9092; "
                    "port 0: a free one)")
+    p.add_argument("--run-rounds", action="store_true", help="run the replication rounds in this process "
+                   "(without it, a replication job on the root runs them)")
+    p.add_argument("--round-interval-ms", type=int, default=1000, metavar="MS",
+                   help="with --run-rounds: a round every MS when idle, at once for a produce request (default 1000)")
 
 
 def _admin_commands(command: Command) -> None:
