@@ -75,6 +75,14 @@ else running in this process (no Spark session here). Reported: the median, lowe
 wall seconds of each. Writes benchmarks/cli.json.
 
     .venv/bin/python jobs/benchmark.py --scenario cli --partitions 100 --rounds 5
+
+Scenario `front-door` (issue 51): a stock Kafka client (confluent-kafka) through the front door
+(`Cluster.serve(run_rounds=True)`) on a cluster of P partitions (3 brokers, RF 3): an idempotent
+acks=all producer's records/s for N records of V bytes, then `--rounds` records one at a time,
+each timed from the send to its acknowledgement and to a consumer's receipt (produce-to-visible).
+Writes benchmarks/front_door.json (jobs/bench_front_door.py).
+
+    .venv/bin/python jobs/benchmark.py --scenario front-door --records 20000 --partitions 4 --rounds 20
 """
 
 from __future__ import annotations
@@ -91,6 +99,7 @@ from pipeline import get_spark  # noqa: E402
 from bench_job import (_job_rss_line, _waited_line, cli_run, cli_table, endurance_figures,  # noqa: E402
                        endurance_run, endurance_table, endurance_windows, freshness, freshness_table, maintenance_run,
                        maintenance_table, rounds_waited)
+from bench_front_door import front_door_run, front_door_table  # noqa: E402
 from bench_rounds import (fetch_sessions, job_jvm_peak_rss_mb, plot, produce_run, produce_table,  # noqa: E402
                           ratios, table, throughput, throughput_table)
 
@@ -111,7 +120,7 @@ def update_readme(path: str, text: str, scenario: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", default="fetch-sessions", choices=[
-        "fetch-sessions", "throughput", "freshness", "maintenance", "produce", "endurance", "cli"])
+        "fetch-sessions", "throughput", "freshness", "maintenance", "produce", "endurance", "cli", "front-door"])
     parser.add_argument("--rate", type=int, default=1000, help="freshness: records produced per second")
     parser.add_argument("--seconds", type=int, default=180, help="freshness: how long the producer runs")
     parser.add_argument("--poll-pause", type=float, default=0.0,
@@ -177,6 +186,13 @@ def main(argv: list[str] | None = None) -> int:
                 "command": f"jobs/benchmark.py --scenario maintenance --partitions {partitions} --rounds {args.rounds} "
                            f"--changed {args.changed}"}
         return _write(data, out, maintenance_table(data), args.readme, plotted=False)
+    if args.scenario == "front-door":
+        partitions = args.partitions[0] if args.partitions else 4
+        result = front_door_run(spark, args.records, partitions, args.value_bytes, args.rounds)
+        data = {"scenario": args.scenario, "machine": machine, "results": result,
+                "command": f"jobs/benchmark.py --scenario front-door --records {args.records} --partitions {partitions} "
+                           f"--value-bytes {args.value_bytes} --rounds {args.rounds}"}
+        return _write(data, out, front_door_table(data), args.readme, plotted=False)
     if args.scenario == "endurance":
         partitions = args.partitions[0] if args.partitions else 100
         command = (f"jobs/benchmark.py --scenario endurance --partitions {partitions} --rounds {args.rounds} "
