@@ -267,3 +267,40 @@ def test_librdkafka_produces_idempotently_and_consumes_in_order(new_cluster):
         assert got == committed
     finally:
         server.shutdown()
+
+
+def test_acks_0_gets_no_response_and_a_request_no_round_answers_times_out(new_cluster):
+    import socket
+
+    from kio.index import load_response_schema
+    from kio.serial import entity_reader
+
+    from tests.test_wire_protocol import _read_frame, api_versions, frame
+
+    cluster = new_cluster(brokers=1)
+    cluster.create_topic("t")
+    server = serve(cluster, port=0)  # no rounds: nothing answers an acks=-1 request
+    try:
+        def produce(acks, correlation_id, value, timeout_ms):
+            return frame(0, 9, correlation_id, transactional_id=None, acks=i16(acks),
+                         timeout=i32Timedelta.parse(timedelta(milliseconds=timeout_ms)),
+                         topic_data=(produce_req.TopicProduceData(name="t", partition_data=(
+                             produce_req.PartitionProduceData(index=i32(0), records=batch([(None, value)])),)),))
+
+        with socket.create_connection(("127.0.0.1", server.port), timeout=120) as conn:
+            conn.sendall(produce(0, 1, b"fire and forget", 30_000) + frame(18, 3, 2, client_software_name="t",
+                                                                           client_software_version="1"))
+            correlation_id, body = api_versions(_read_frame(conn), 3)
+            assert correlation_id == 2 and body.error_code == ErrorCode.none  # (nothing came for request 1)
+            conn.sendall(produce(-1, 3, b"waits", 300))
+            payload = _read_frame(conn)
+        schema = load_response_schema(0, 9)
+        header, offset = entity_reader(schema.__header_schema__)(payload, 0)
+        response, _ = entity_reader(schema)(payload, offset)
+        assert header.correlation_id == 3
+        answer = response.responses[0].partition_responses[0]
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.request_timed_out, -1)
+        cluster.run_round()  # both were in the inbox: a timed-out request may still be appended, as in Kafka
+        assert [r["value"] for r in cluster.read("t").orderBy("offset").collect()] == [b"fire and forget", b"waits"]
+    finally:
+        server.shutdown()
