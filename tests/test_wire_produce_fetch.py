@@ -304,3 +304,17 @@ def test_acks_0_gets_no_response_and_a_request_no_round_answers_times_out(new_cl
         assert [r["value"] for r in cluster.read("t").orderBy("offset").collect()] == [b"fire and forget", b"waits"]
     finally:
         server.shutdown()
+
+
+def test_init_producer_id_gives_idempotent_producers_an_id_and_transactions_not_coordinator():
+    from kio.schema.init_producer_id.v4 import request as q
+
+    from pipeline.wire.produce import init_producer_id_response
+
+    def ask(transactional_id):
+        return q.InitProducerIdRequest(transactional_id=transactional_id,
+                                       transaction_timeout=i32Timedelta.parse(timedelta(seconds=60)))
+    granted = init_producer_id_response(4, ask(None), 5001)
+    assert (granted.error_code, granted.producer_id, granted.producer_epoch) == (ErrorCode.none, 5001, 0)
+    refused = init_producer_id_response(4, ask("tx-1"), None)
+    assert (refused.error_code, refused.producer_id, refused.producer_epoch) == (ErrorCode.not_coordinator, -1, -1)
