@@ -173,14 +173,12 @@ class FrontDoor:
             return None
         waiting = {(topic, p): ids[topic] for topic, parts in plan.partitions.items() for p in parts}
         answers: dict = {}
-        while waiting:
-            self._answer(waiting, answers)
-            if not waiting:
-                break
+        while waiting:  # (results come from rounds: looked up once a round has committed)
             seen = self.watch.wait_past(version, deadline)
             if seen is None:
                 break
             version = seen
+            self._answer(waiting, answers)
         with self.lock:
             log_start = self._log_start(list(answers)) if answers else {}
         return produce_response(request.api_version, body, plan, answers, log_start)
