@@ -122,6 +122,7 @@ class FrontDoor:
         self.watch = RoundWatch(cluster.storage)
         self.rounds = RoundLoop(cluster, round_interval_ms) if run_rounds else None
         self._ids: list[int] = []
+        self._rows: tuple | None = None  # (tables' versions, describe() rows): _partition_rows
 
     def close(self) -> None:
         """Stops the door's rounds and releases the requests that wait."""
@@ -196,11 +197,22 @@ class FrontDoor:
                 answers[(topic, partition)] = answer
                 del waiting[(topic, partition)]
 
+    def _partition_rows(self, topics: Any = None) -> dict[tuple[str, int], dict]:
+        """describe()'s rows by (topic, partition), of `topics` (None: all), read again only when
+        the partitions, replica_state or topics table has a new version (~4 ms a look): a consumer
+        that polls with nothing new costs no Spark job."""
+        storage = self.cluster.storage
+        key = tuple(storage.version(t) for t in ("partitions", "replica_state", "topics"))
+        if self._rows is None or self._rows[0] != key:
+            self._rows = (key, {(r["topic"], r["partition"]): r.asDict() for r in self.cluster.describe().select(
+                "topic", "partition", "leader", "leader_epoch", "replicas", "isr", "log_start_offset",
+                "high_watermark", "log_end_offset").collect()})
+        rows = self._rows[1]
+        return rows if topics is None else {k: v for k, v in rows.items() if k[0] in set(topics)}
+
     def _log_start(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        topics = sorted({t for t, _ in keys})
-        rows = (self.cluster.describe().filter(F.col("topic").isin(topics))
-                .select("topic", "partition", "log_start_offset").collect())
-        return {(r["topic"], r["partition"]): r["log_start_offset"] for r in rows}
+        rows = self._partition_rows({t for t, _ in keys})
+        return {k: r["log_start_offset"] for k, r in rows.items()}
 
     def init_producer_id(self, request: Request) -> Any:
         producer_id = None
@@ -227,11 +239,7 @@ class FrontDoor:
         return fetch_response(request.api_version, body, partitions, errors, records)
 
     def _fetch_once(self, body: Any) -> tuple[dict, dict, dict]:
-        topics = sorted({t.topic for t in body.topics})
-        rows = (self.cluster.describe().filter(F.col("topic").isin(topics))
-                .select("topic", "partition", "leader", "leader_epoch", "log_start_offset", "high_watermark",
-                        "log_end_offset").collect())
-        partitions = {(r["topic"], r["partition"]): r.asDict() for r in rows}
+        partitions = self._partition_rows({t.topic for t in body.topics})
         ranges, errors = fetch_ranges(body, partitions)
         records: dict = {}
         budget = int(body.max_bytes) if hasattr(body, "max_bytes") else 2**31 - 1
@@ -278,10 +286,8 @@ class FrontDoor:
 
     def metadata(self, request: Request) -> Any:
         requested = requested_topics(request.api_version, request.body)
-        rows = self.cluster.describe().select("topic", "partition", "leader", "leader_epoch", "replicas", "isr")
-        if requested is not None:
-            rows = rows.filter(rows.topic.isin(requested))
-        return metadata_response(request.api_version, requested, [r.asDict() for r in rows.collect()], self._live(),
+        rows = list(self._partition_rows(requested).values())
+        return metadata_response(request.api_version, requested, rows, self._live(),
                                  self.cluster.storage.cluster_id, self.host, self.port)
 
 
@@ -293,10 +299,7 @@ class FrontDoor:
         """The partitions that exist are committed (one commit per metadata value); the others
         are answered with their errors."""
         body = request.body
-        topics = sorted({t.name for t in body.topics})
-        from pyspark.sql import functions as F
-        known = {(r["topic"], r["partition"]) for r in self.cluster.describe().filter(
-            F.col("topic").isin(topics)).select("topic", "partition").collect()}
+        known = set(self._partition_rows({t.name for t in body.topics}))
         commits, errors = offset_commit_plan(body, known)
         for metadata, offsets in commits.items():
             self.cluster.commit_offsets(body.group_id, offsets, metadata)
@@ -310,12 +313,8 @@ class FrontDoor:
     def list_offsets(self, request: Request) -> Any:
         """The partitions' offsets from describe(), and for the timestamps asked the first record at
         or after each in the leader's log below the HW (one read per topic asked, off the round)."""
-        from pyspark.sql import functions as F
         body = request.body
-        topics = sorted({t.name for t in body.topics})
-        rows = (self.cluster.describe().filter(F.col("topic").isin(topics))
-                .select("topic", "partition", "leader", "leader_epoch", "log_start_offset", "high_watermark").collect())
-        partitions = {(r["topic"], r["partition"]): r.asDict() for r in rows}
+        partitions = self._partition_rows({t.name for t in body.topics})
         asked = [a for a in timestamps_asked(body) if a[:2] in partitions]
         earliest = {(t.name, p.partition_index) for t in body.topics for p in t.partitions if p.timestamp == EARLIEST}
         found, first_epochs = {}, {}
