@@ -281,11 +281,11 @@ def test_acks_0_gets_no_response_and_a_request_no_round_answers_times_out(new_cl
     cluster.create_topic("t")
     server = serve(cluster, port=0)  # no rounds: nothing answers an acks=-1 request
     try:
-        def produce(acks, correlation_id, value, timeout_ms):
+        def produce(acks, correlation_id, value, timeout_ms, partition=0):
             return frame(0, 9, correlation_id, transactional_id=None, acks=i16(acks),
                          timeout=i32Timedelta.parse(timedelta(milliseconds=timeout_ms)),
                          topic_data=(produce_req.TopicProduceData(name="t", partition_data=(
-                             produce_req.PartitionProduceData(index=i32(0), records=batch([(None, value)])),)),))
+                             produce_req.PartitionProduceData(index=i32(partition), records=batch([(None, value)])),)),))
 
         with socket.create_connection(("127.0.0.1", server.port), timeout=120) as conn:
             conn.sendall(produce(0, 1, b"fire and forget", 30_000) + frame(18, 3, 2, client_software_name="t",
@@ -294,6 +294,10 @@ def test_acks_0_gets_no_response_and_a_request_no_round_answers_times_out(new_cl
             assert correlation_id == 2 and body.error_code == ErrorCode.none  # (nothing came for request 1)
             conn.sendall(produce(-1, 3, b"waits", 300))
             payload = _read_frame(conn)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=120) as conn:
+            # acks=0 with an error: no response to carry it, so the connection is closed (Kafka's KafkaApis)
+            conn.sendall(produce(0, 4, b"nowhere", 30_000, partition=7))
+            assert _read_frame(conn) == b""
         schema = load_response_schema(0, 9)
         header, offset = entity_reader(schema.__header_schema__)(payload, 0)
         response, _ = entity_reader(schema)(payload, offset)
@@ -302,6 +306,7 @@ def test_acks_0_gets_no_response_and_a_request_no_round_answers_times_out(new_cl
         assert (answer.error_code, answer.base_offset) == (ErrorCode.request_timed_out, -1)
         cluster.run_round()  # both were in the inbox: a timed-out request may still be appended, as in Kafka
         assert [r["value"] for r in cluster.read("t").orderBy("offset").collect()] == [b"fire and forget", b"waits"]
+        # (the refused acks=0 request wrote nothing)
     finally:
         server.shutdown()
 

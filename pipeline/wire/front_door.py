@@ -33,7 +33,7 @@ from pipeline.wire.list_offsets import EARLIEST, LIST_OFFSETS, list_offsets_resp
 from pipeline.wire.metadata import METADATA, metadata_response, requested_topics
 from pipeline.wire.produce import (INIT_PRODUCER_ID, PRODUCE, init_producer_id_response, produce_plan,
                                    produce_response, result_of)
-from pipeline.wire.protocol import API_VERSIONS, MAX_REQUEST_BYTES, Request
+from pipeline.wire.protocol import API_VERSIONS, MAX_REQUEST_BYTES, ProtocolError, Request
 from pipeline.wire.records import write_fetched
 from pipeline.wire.server import WireServer, serve_kafka
 from pipeline.wire.topics import CREATE_TOPICS, create_topics_response, topics_asked
@@ -171,6 +171,8 @@ class FrontDoor:
         if self.rounds is not None and ids:
             self.rounds.kick()
         if plan.acks == 0:
+            if plan.errors:  # (Kafka's KafkaApis: no response to send, so the client learns by the close)
+                raise ProtocolError(f"an acks=0 produce with errors: {sorted(plan.errors.values())[0][1]}")
             return None
         waiting = {(topic, p): ids[topic] for topic, parts in plan.partitions.items() for p in parts}
         answers: dict = {}

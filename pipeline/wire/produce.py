@@ -8,6 +8,8 @@ and DelayedProduce):
 - a topic or partition that does not exist: UNKNOWN_TOPIC_OR_PARTITION (the door creates no topic
   on produce);
 - records the door does not take (pipeline/wire/records.py): their error;
+- with acks=0 there is no response: a request with any of these errors has its connection
+  closed instead (KafkaApis.handleProduceRequest), so the client refreshes its metadata;
 - otherwise the result of the round that appended them: the base offset, or the round's error
   (NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND, OUT_OF_ORDER_SEQUENCE_NUMBER,
   INVALID_PRODUCER_EPOCH, NOT_LEADER_OR_FOLLOWER, ...). A retried batch of an idempotent producer
