@@ -16,7 +16,8 @@ from kio.schema.produce.v9 import request as produce_req
 from kio.schema.produce.v9 import response as produce_resp
 from kio.static.primitive import TZAwareMicros, i8, i16, i32, i32Timedelta, i64
 
-from pipeline.wire.fetch import fetch_ranges, fetch_response
+from pipeline.wire.fetch import answers, fetch_ranges, fetch_response
+from pipeline.wire.fetch_sessions import Answer, requested
 from pipeline.wire.front_door import serve
 from pipeline.wire.produce import ProducePlan, produce_plan, produce_response, result_of
 from pipeline.wire.records import RecordsRefused, read_produced, write_fetched
@@ -137,13 +138,16 @@ def test_fetch_reads_below_the_hw_and_refuses_what_kafka_refuses():
                        "high_watermark": 10, "log_end_offset": 12} for p in range(6)}
     body = fetch_request([("t", [(0, 5, -1), (1, 10, 2), (2, 2, 2), (3, 13, 2), (4, 5, -1), (5, 5, 1)]),
                           ("u", [(0, 0, -1)])])
-    ranges, errors = fetch_ranges(body, rows)
+    wanted = requested(body)
+    ranges, errors = fetch_ranges(wanted, rows)
     assert ranges == {("t", 0): (5, 10, 1 << 20)}  # (1: at the HW, nothing to read yet)
     assert errors == {("t", 2): "OFFSET_OUT_OF_RANGE", ("t", 3): "OFFSET_OUT_OF_RANGE",
                       ("t", 4): "NOT_LEADER_OR_FOLLOWER", ("t", 5): "FENCED_LEADER_EPOCH",
                       ("u", 0): "UNKNOWN_TOPIC_OR_PARTITION"}
-    assert fetch_ranges(fetch_request([("t", [(0, 5, 3)])]), rows)[1] == {("t", 0): "UNKNOWN_LEADER_EPOCH"}
-    response = fetch_response(12, body, rows, errors, {("t", 0): b"batches"})
+    assert fetch_ranges(requested(fetch_request([("t", [(0, 5, 3)])])), rows)[1] == {("t", 0): "UNKNOWN_LEADER_EPOCH"}
+    answered = answers(wanted, rows, errors, {("t", 0): b"batches"})
+    assert answered[("t", 0)] == Answer(10, 3, 7, None) and answered[("t", 5)] == Answer(-1, -1, 0, "FENCED_LEADER_EPOCH")
+    response = fetch_response(12, [w.key for w in wanted], answered, {("t", 0): b"batches"})
     assert response.session_id == 0 and response.error_code == ErrorCode.none
     t = {int(p.partition_index): p for p in response.responses[0].partitions}
     assert (t[0].error_code, t[0].high_watermark, t[0].last_stable_offset, t[0].log_start_offset, t[0].records) == \
@@ -151,6 +155,11 @@ def test_fetch_reads_below_the_hw_and_refuses_what_kafka_refuses():
     assert (t[1].error_code, t[1].high_watermark, t[1].records) == (ErrorCode.none, 10, b"")
     assert t[5].error_code == ErrorCode.fenced_leader_epoch and t[5].high_watermark == -1
     assert response.responses[1].partitions[0].error_code == ErrorCode.unknown_topic_or_partition
+    # a session's error: the top-level code, no session, no partitions
+    refused = fetch_response(12, [], {}, {}, error="FETCH_SESSION_ID_NOT_FOUND")
+    assert (refused.error_code, refused.session_id, refused.responses) == (ErrorCode.fetch_session_id_not_found, 0, ())
+    # v4 has no session id: the same answer without it
+    assert fetch_response(4, [("t", 0)], answered, {}).responses[0].partitions[0].high_watermark == 10
 
 
 def test_create_topics_takes_defaults_and_refuses_duplicates_and_manual_assignments():
@@ -218,7 +227,7 @@ def test_kafka_python_produces_idempotently_with_acks_all_and_consumes_it_back(n
         assert len(ids) == 1 and None not in ids
 
         consumer = KafkaConsumer(bootstrap_servers=address, request_timeout_ms=120_000, fetch_max_wait_ms=100,
-                                 enable_auto_commit=False, consumer_timeout_ms=30_000)
+                                 enable_auto_commit=False, consumer_timeout_ms=60_000)
         try:
             consumer.assign([TopicPartition("orders", 0), TopicPartition("orders", 1)])
             consumer.seek_to_beginning()
@@ -227,9 +236,18 @@ def test_kafka_python_produces_idempotently_with_acks_all_and_consumes_it_back(n
                 got.append((message.partition, message.offset, message.key, message.value))
                 if len(got) == len(committed):
                     break
+            assert sorted(got) == committed
+            # a record produced while the consumer polls in its sessions reaches it incrementally
+            with server.handler.lock:
+                cluster.produce("orders", [{"partition": 1, "value": b"late"}])
+            late = next(iter(consumer))
         finally:
             consumer.close()
-        assert sorted(got) == committed
+        latest = _committed(cluster, "orders")
+        assert (late.partition, late.offset, late.value) == latest[-1][:2] + (b"late",)
+        # kafka-python opened a KIP-227 session with each leader and went on incrementally in them
+        kinds = server.handler.fetch_kinds
+        assert kinds["full"] >= 1 and kinds["incremental"] > kinds["full"] and kinds["error"] == 0, kinds
     finally:
         server.shutdown()
 
@@ -265,6 +283,7 @@ def test_librdkafka_produces_idempotently_and_consumes_in_order(new_cluster):
         finally:
             consumer.close()
         assert got == committed
+        assert set(server.handler.fetch_kinds) == {"sessionless"}  # (librdkafka sends epoch -1: no sessions)
     finally:
         server.shutdown()
 

@@ -21,12 +21,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 from pyspark.sql import functions as F
 
 from pipeline.errors import ReplogError
-from pipeline.wire.fetch import FETCH, RECORD_OVERHEAD, fetch_ranges, fetch_response
+from pipeline.control import session_cache as session_rules
+from pipeline.wire.fetch import FETCH, RECORD_OVERHEAD, answers, fetch_ranges, fetch_response
+from pipeline.wire.fetch_sessions import DoorSessions, request_metadata, requested
 from pipeline.wire.groups import (FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, find_coordinator_response,
                                   offset_commit_plan, offset_commit_response, offset_fetch_response)
 from pipeline.wire.list_offsets import EARLIEST, LIST_OFFSETS, list_offsets_response, timestamps_asked
@@ -47,6 +50,9 @@ LOG = logging.getLogger("replog.wire")
 SERVED_APIS = {PRODUCE: (3, 9), FETCH: (4, 12), API_VERSIONS: (0, 3), METADATA: (0, 12), LIST_OFFSETS: (1, 6),
                FIND_COORDINATOR: (0, 3), OFFSET_COMMIT: (2, 8), OFFSET_FETCH: (1, 7), CREATE_TOPICS: (2, 7),
                INIT_PRODUCER_ID: (0, 4)}
+
+# the fetcher name of a consumer's session at the door, before its client id
+WIRE_FETCHER_PREFIX = "wire-"
 
 # how often a waiting request looks for a new round (the rounds table's Delta log, ~4 ms a look)
 POLL_MS = 100
@@ -123,6 +129,9 @@ class FrontDoor:
         self.rounds = RoundLoop(cluster, round_interval_ms) if run_rounds else None
         self._ids: list[int] = []
         self._rows: tuple | None = None  # (tables' versions, describe() rows): _partition_rows
+        self._held: tuple | None = None  # (tables' versions, sessions per leader): _slots_for
+        self.sessions = DoorSessions()  # consumers' KIP-227 fetch sessions, in memory as in a broker
+        self.fetch_kinds: Counter = Counter()  # fetch requests by what the door made of them
 
     def close(self) -> None:
         """Stops the door's rounds and releases the requests that wait."""
@@ -226,48 +235,101 @@ class FrontDoor:
 
     # -- fetch -------------------------------------------------------------------------------
     def fetch(self, request: Request) -> Any:
-        """The committed records from each partition's fetch offset; with none, waits for a round
-        until max.wait.ms and looks once more."""
+        """A consumer's fetch in its KIP-227 session (pipeline/wire/fetch_sessions.py): the committed
+        records of the partitions it reads from their fetch offsets; with none, waits for a round
+        until max.wait.ms and looks once more. The response carries what the session's rules say."""
         body = request.body
+        leader = slots = 0
+        if request_metadata(request.api_version, body)[1] == session_rules.INITIAL_EPOCH:  # may open a session
+            with self.lock:
+                leader = self._leader_of(requested(body))
+                slots = self._slots_for(leader)
+        opened = self.sessions.open(request.api_version, body, self.cluster.core.clock.now_ms(),
+                                    f"{WIRE_FETCHER_PREFIX}{request.client_id or ''}", leader, slots)
+        self.fetch_kinds[opened.kind] += 1
+        if opened.kind == "error":
+            return fetch_response(request.api_version, [], {}, {}, error=opened.error)
         deadline = time.monotonic() + max(int(body.max_wait.total_seconds() * 1000), 0) / 1000
+        budget = int(getattr(body, "max_bytes", 2**31 - 1))
         while True:
             with self.lock:
                 version = self.watch.version()
-                partitions, errors, records = self._fetch_once(body)
+                partitions, errors, records = self._fetch_once(opened.fetch, budget)
             if records or errors or time.monotonic() >= deadline:
                 break
             if self.watch.wait_past(version, deadline) is None:
                 break
-        return fetch_response(request.api_version, body, partitions, errors, records)
+        answered = answers(opened.fetch, partitions, errors, records)
+        carried, error = self.sessions.close(opened, answered)
+        if error is not None:
+            return fetch_response(request.api_version, [], {}, {}, error=error)
+        return fetch_response(request.api_version, carried, answered, records, opened.session_id)
 
-    def _fetch_once(self, body: Any) -> tuple[dict, dict, dict]:
-        partitions = self._partition_rows({t.topic for t in body.topics})
-        ranges, errors = fetch_ranges(body, partitions)
-        records: dict = {}
-        budget = int(body.max_bytes) if hasattr(body, "max_bytes") else 2**31 - 1
+    def _leader_of(self, wanted: list) -> int:
+        """The broker a consumer's full fetch is for: the leader of most of its partitions (the
+        door answers for every broker; a consumer sends each leader its partitions)."""
+        rows = self._partition_rows({w.topic for w in wanted})
+        leaders = Counter(rows[w.key]["leader"] for w in wanted if w.key in rows and rows[w.key]["leader"] is not None)
+        return min(leaders, key=lambda b: (-leaders[b], b)) if leaders else -1
+
+    def _slots_for(self, leader: int) -> int:
+        """The slots `leader`'s session cache has for the door's sessions: the cache's slots less
+        the sessions the newest round's followers and the API's consumers hold there (read again
+        only when the rounds or client_sessions table has a new version)."""
+        storage = self.cluster.core.storage
+        storage.ensure("client_sessions")
+        key = (storage.version("rounds"), storage.version("client_sessions"))
+        if self._held is None or self._held[0] != key:
+            newest = (storage.read("rounds").orderBy(F.col("round_id").desc()).select("fetch_sessions").limit(1)
+                      .collect())
+            followers, _ = session_rules.sessions_from_json(newest[0]["fetch_sessions"] if newest else None)
+            held = self.cluster.core.metadata.client_sessions().cache(followers)
+            self._held = (key, Counter(s.leader for s in held))
+        return self.cluster.core.config["max.incremental.fetch.session.cache.slots"] - self._held[1][leader]
+
+    def fetch_sessions(self) -> list:
+        """The door's fetch sessions: (session_cache.Session, its partitions as fetch_sessions.Wanted)."""
+        return self.sessions.snapshot()
+
+    def _fetch_once(self, wanted: tuple, budget: int) -> tuple[dict, dict, dict]:
+        """The partitions' rows, the errors, and the record batches of the partitions read, in the
+        order of `wanted`: each up to its partition_max_bytes and what is left of the request's
+        max_bytes, except that the first partition with records gets at least one (KIP-74)."""
+        partitions = self._partition_rows({w.topic for w in wanted})
+        ranges, errors = fetch_ranges(wanted, partitions)
+        read: dict = {}
         for topic in sorted({t for t, _ in ranges}):
             asked = [(p, lo, hi, max_bytes) for (t, p), (lo, hi, max_bytes) in ranges.items() if t == topic]
             spark = self.cluster.spark
-            wanted = spark.createDataFrame(asked, "partition int, lo long, hi long, max_bytes int")
+            wanted_df = spark.createDataFrame(asked, "partition int, lo long, hi long, max_bytes int")
             size = (F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
                     + F.lit(RECORD_OVERHEAD))
             before = F.sum(size).over(_by_offset()) - size
-            rows = (self.cluster.read(topic).join(F.broadcast(wanted), "partition")
+            rows = (self.cluster.read(topic).join(F.broadcast(wanted_df), "partition")
                     .filter((F.col("offset") >= F.col("lo")) & (F.col("offset") < F.col("hi")))
                     .withColumn("_before", before).filter((F.col("_before") < F.col("max_bytes"))
                                                           | (F.col("offset") == F.col("lo")))
-                    .select("partition", "offset", "leader_epoch", "timestamp", "key", "value", "_before")
+                    .select("partition", "offset", "leader_epoch", "timestamp", "key", "value")
                     .orderBy("partition", "offset").collect())
-            by_partition: dict[int, list] = {}
             for r in rows:
-                by_partition.setdefault(r["partition"], []).append(r)
-            for partition, recs in sorted(by_partition.items()):
-                if budget <= 0 and records:
+                read.setdefault((topic, r["partition"]), []).append(r)
+        records: dict = {}
+        for w in wanted:
+            recs = read.get(w.key)
+            if not recs:
+                continue
+            limit, used = min(w.max_bytes, budget), 0
+            taken = []
+            for r in recs:
+                size = len(r["key"] or b"") + len(r["value"] or b"") + RECORD_OVERHEAD
+                if used + size > limit and (taken or records):
                     break
-                data = write_fetched((r["offset"], r["leader_epoch"], r["timestamp"], r["key"], r["value"])
-                                     for r in recs)
-                records[(topic, partition)] = data
-                budget -= len(data)
+                taken.append(r)
+                used += size
+            if taken:
+                records[w.key] = write_fetched((r["offset"], r["leader_epoch"], r["timestamp"], r["key"], r["value"])
+                                               for r in taken)
+                budget -= used
         return partitions, errors, records
 
     # -- topics ------------------------------------------------------------------------------
