@@ -15,7 +15,7 @@ from pipeline.wire.fetch_sessions import (UNKNOWN, Answer, DoorSessions, Wanted,
                                           requested, respond, update_session)
 
 
-def request(parts=(), session_id=0, epoch=0, forget=(), max_wait_ms=10, version=12):
+def request(parts=(), session_id=0, epoch=0, forget=(), max_wait_ms=10, version=12, max_bytes=1 << 20):
     """A Fetch request: parts [(topic, partition, fetch_offset)], forget [(topic, [partitions])]."""
     module = fetch_req if version >= 7 else fetch_v6
     topics = {}
@@ -28,7 +28,7 @@ def request(parts=(), session_id=0, epoch=0, forget=(), max_wait_ms=10, version=
         "forgotten_topics_data": tuple(fetch_req.ForgottenTopic(topic=t, partitions=tuple(i32(p) for p in ps))
                                        for t, ps in forget)}
     return module.FetchRequest(max_wait=i32Timedelta.parse(timedelta(milliseconds=max_wait_ms)), min_bytes=i32(1),
-                               max_bytes=i32(1 << 20),
+                               max_bytes=i32(max_bytes),
                                topics=tuple(module.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
                                **extra)
 
@@ -258,5 +258,30 @@ def test_the_followers_sessions_keep_their_slots_from_the_doors_consumers(new_cl
             full = _fetch(conn, 1, parts=[("t", 0, 0)])
             assert (full.error_code, int(full.session_id)) == (ErrorCode.none, 0)  # answered, without a session
         assert server.handler.fetch_sessions() == []
+    finally:
+        server.shutdown()
+
+
+def test_a_fetchs_max_bytes_spans_its_topics_and_the_first_record_always_comes(new_cluster):
+    import socket
+
+    from pipeline.wire.front_door import serve
+
+    cluster = new_cluster(brokers=1)
+    for topic in ("a", "b"):
+        cluster.create_topic(topic)
+        cluster.produce(topic, [{"value": bytes(100)} for _ in range(3)])  # 112 bytes a record, as counted
+    cluster.run_round()
+    server = serve(cluster, port=0)
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=120) as conn:
+            # 150 bytes: a-0 gets its first record (and no second); b-0 none, in the same response
+            tight = _fetch(conn, 1, parts=[("a", 0, 0), ("b", 0, 0)], epoch=-1, max_bytes=150)
+            assert _carried(tight) == {("a", 0): (3, [0]), ("b", 0): (3, [])}
+            # 10 bytes: still the first record of the first partition with any (KIP-74)
+            assert _carried(_fetch(conn, 2, parts=[("b", 0, 1), ("a", 0, 0)], epoch=-1, max_bytes=10)) == {
+                ("b", 0): (3, [1]), ("a", 0): (3, [])}
+            assert _carried(_fetch(conn, 3, parts=[("a", 0, 0), ("b", 0, 0)], epoch=-1, max_bytes=1000)) == {
+                ("a", 0): (3, [0, 1, 2]), ("b", 0): (3, [0, 1, 2])}
     finally:
         server.shutdown()
