@@ -61,6 +61,18 @@ def test_the_soak_command_starts_no_seed_once_its_minutes_are_up(capsys):
     assert capsys.readouterr().out == "the time box (0 min) has closed: seeds 5-6 not run\n"
 
 
+def test_a_failing_seed_ends_its_output_with_its_events_and_its_violation(capsys):
+    import json
+
+    from tests.soak.run import _repeat_violation
+    v = Violation("acked_lost", "seed 9: [acked_lost] offset 3 of t-0 is gone\nhistory:\n1: round\n2: round")
+    v.events, v.during_heal = [["round", {}], ["produce", {"topic": "t"}]], True
+    _repeat_violation(9, v)
+    events, last = capsys.readouterr().out.splitlines()
+    assert json.loads(events.removeprefix("seed 9: events ")) == v.events
+    assert last == "seed 9: VIOLATION during heal: [acked_lost] seed 9: [acked_lost] offset 3 of t-0 is gone"
+
+
 def test_an_errored_idempotent_batch_keeps_its_sequences_seed_104(spark, tmp_path):
     """Seed 104 of 300 events failed [acked]: an acks=all idempotent batch appended, then answered
     with an error (its round came 35 s after the produce, the followers had fallen out of the ISR;

@@ -40,6 +40,7 @@ def _report_failure(spark, seed: int, v: Violation, args, kind: type) -> None:
     if args.max_replays <= 0:  # the whole history, to replay
         _save(out, seed, v, kind, v.events)
         print(f"seed {seed}: saved its {len(v.events)} events to {out} (not minimized)", flush=True)
+        _repeat_violation(seed, v)
         return
     print(f"seed {seed}: minimizing {len(v.events)} events (at most {args.max_replays} replays)...", flush=True)
     started = time.monotonic()
@@ -54,6 +55,15 @@ def _report_failure(spark, seed: int, v: Violation, args, kind: type) -> None:
           f"{shrunk.replays} replays, {time.monotonic() - started:.0f} s):\n{shrunk.violation}", flush=True)
     _save(out, seed, v, kind, shrunk.events)
     print(f"seed {seed}: saved to {out} (python -m tests.soak.run --replay {out})", flush=True)
+    _repeat_violation(seed, v)
+
+
+def _repeat_violation(seed: int, v: Violation) -> None:
+    """The saved events as one JSON line, then the violation once more, last: a log cut to its
+    tail (CI's) still says what failed and lets the history be replayed from it."""
+    lines = str(v).split("\nhistory:\n")[0].splitlines()
+    print(f"seed {seed}: events " + json.dumps(v.events, separators=(",", ":")), flush=True)
+    print(f"seed {seed}: VIOLATION{' during heal' if v.during_heal else ''}: " + " / ".join(lines[:6]), flush=True)
 
 
 def _entry(args, seed: int, result: str, rounds, requests, started: float, events: int | None = None) -> dict:
