@@ -66,7 +66,8 @@ def stop_broker(core: "ClusterCore", broker: int, log_dir_failure: str | None = 
 
 def start_broker(core: "ClusterCore", broker: int) -> None:
     """A restart (Cluster.start_broker): refused (KAFKA_STORAGE_ERROR) while its location cannot be
-    written; a missing, corrupted or foreign log restarts empty."""
+    written; a missing, corrupted or foreign log restarts empty, once a round has fenced the
+    broker's previous incarnation (DUPLICATE_BROKER_REGISTRATION before that)."""
     row = core.metadata.broker_row(broker)
     state = broker_state(row)
     if state not in (controller.STOPPED, controller.FENCED):
@@ -80,11 +81,30 @@ def start_broker(core: "ClusterCore", broker: int) -> None:
     # does a log an interrupted round wrote to after the broker halted (recovery could not undo it),
     # and an empty log from a start that crashed before a round registered it is still a lost one
     lost = bool(row["log_lost"]) or log_problem(core.storage, broker) is not None
+    if lost and state == controller.STOPPED:
+        _refuse_an_empty_leader(core, broker, row)
     if lost:
         _recreate_log(core, broker)
     set_broker(core, broker, state=controller.STARTING, last_heartbeat_ms=core.admin_now_ms(), log_lost=lost,
                log_dir_failure=None)
     core.register_views()
+
+
+def _refuse_an_empty_leader(core: "ClusterCore", broker: int, row: Any) -> None:
+    """DUPLICATE_BROKER_REGISTRATION when `broker`, not fenced yet, still leads a partition and would
+    restart with an empty log. Kafka's controller refuses a new incarnation's registration while the
+    old one's session is valid (ClusterControlManager.registerBroker) and, when it expires, fences the
+    old one: its leaderships move. Here the rounds fence, and the clock may stand still (a clock that
+    stepped back); an empty log in place of a leader's would take its partitions' HW back to 0. (An
+    empty follower that restarts unfenced is taken out of the ISR by the next round.)"""
+    led = core.storage.read("partitions").filter(F.col("leader") == broker).count()
+    if led:
+        timeout = core.config["broker.session.timeout.ms"]
+        raise ReplogError(ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+                          f"broker {broker} would restart with an empty log while its previous incarnation, not "
+                          f"fenced yet, leads {led} partition(s): the first round broker.session.timeout.ms "
+                          f"({timeout} ms) after its last heartbeat (cluster time {row['last_heartbeat_ms']}) fences "
+                          f"it; start it after that round")
 
 
 def _recreate_log(core: "ClusterCore", broker: int) -> None:

@@ -35,6 +35,8 @@ class ErrorCode:
     # a second replication job started on a root whose job still runs (not a Kafka code: storage/job_lock.py)
     REPLICATION_JOB_RUNNING = "REPLICATION_JOB_RUNNING"
     BROKER_NOT_AVAILABLE = "BROKER_NOT_AVAILABLE"
+    # a broker registering while its previous incarnation still holds its registration
+    DUPLICATE_BROKER_REGISTRATION = "DUPLICATE_BROKER_REGISTRATION"
     REQUEST_TIMED_OUT = "REQUEST_TIMED_OUT"
     FETCH_SESSION_ID_NOT_FOUND = "FETCH_SESSION_ID_NOT_FOUND"
     INVALID_FETCH_SESSION_EPOCH = "INVALID_FETCH_SESSION_EPOCH"

@@ -195,6 +195,11 @@ def test_a_log_replaced_by_another_clusters_halts_its_broker(spark, tmp_path):
     row = {r["broker"]: r for r in cluster.broker_states().collect()}[2]
     assert row["state"] == "stopped"
     assert f"holds the log of broker 0 of cluster {stranger.storage.cluster_id}" in row["log_dir_failure"]
+    # it still leads a partition until the controller fences it: an empty restart waits for that
+    with pytest.raises(ReplogError, match="DUPLICATE_BROKER_REGISTRATION: broker 2 would restart with an empty log"):
+        cluster.start_broker(2)
+    assert not {r["broker"]: r for r in cluster.broker_states().collect()}[2]["log_lost"]  # (nothing written)
+    advance_rounds(cluster, None, 1, step=10_000)  # past broker.session.timeout.ms: fenced, its leadership moved
     cluster.start_broker(2)  # restarts empty: the stranger's log is replaced
     assert {r["broker"]: r for r in cluster.broker_states().collect()}[2]["log_lost"]
     advance_rounds(cluster, None, 4)

@@ -147,6 +147,25 @@ def test_a_running_brokers_location_fails_mid_soak(spark, tmp_path, how):
     assert statuses <= {"acked", "error"} and "acked" in statuses
 
 
+def test_an_empty_log_restarts_only_once_its_old_incarnation_is_fenced_seed_600367(spark, tmp_path):
+    """Seed 600367 (CI): the clock stepped back, so the rounds' time stood still and the controller
+    never fenced a leader whose location had been deleted; its restart recreated an empty log in
+    place of the leader's, and the HW of a clean partition went from 5 to 0. Kafka's controller
+    refuses a new incarnation's registration while the old one's session is valid, so the start is
+    refused (DUPLICATE_BROKER_REGISTRATION, nothing written) until a round has fenced the old one."""
+    soak = Soak(spark, str(tmp_path / "c"), seed=5)
+    soak.replay([["produce", {"topic": "clean", "acks": "all", "records": [[0, "a"], [1, "b"], [2, "c"]]}], "round",
+                 ["clock_back", {"ms": 30_000}], ["fail_location", {"broker": 1, "how": "delete"}], "round",
+                 ["start", {"broker": 1}], "round"], heal=False)
+    assert soak.stopped == {1} and any("start broker 1 refused: DUPLICATE_BROKER_REGISTRATION" in line
+                                       for line in soak.history), soak.history
+    led = {r["partition"]: r["leader"] for r in soak.cluster.describe("clean").collect()}
+    assert 1 in led.values()  # (the rounds' time stood still: not fenced, it still leads)
+    soak.heal()  # rounds a session timeout apart fence it; then it starts empty and catches up
+    assert soak.stopped == set() and any("waits for its fencing" in line for line in soak.history)
+    assert [r["value"] for r in soak.cluster.read("clean").orderBy("partition").collect()] == [b"a", b"b", b"c"]
+
+
 @pytest.mark.integration
 def test_the_job_killed_by_sigkill_while_two_processes_produce(spark, tmp_path):
     """The soak's kill_job event: jobs/replicate.py under spark-submit runs rounds while two

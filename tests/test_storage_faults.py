@@ -84,6 +84,9 @@ def test_a_broken_log_of_a_running_broker_halts_it_and_the_round_goes_on(spark, 
                                                "unreadable log": "cannot be read"}[damage] in row["log_dir_failure"]
     if damage != "not a delta table":
         return  # the remedy is the same for each; it runs once
+    with pytest.raises(ReplogError, match="DUPLICATE_BROKER_REGISTRATION: broker 1 would restart with an empty log"):
+        other.start_broker(1)  # (it still leads t-0: not fenced yet)
+    advance_rounds(other, other.clock, 1, step=10_000)  # past broker.session.timeout.ms: fenced, t-0 moves
     other.start_broker(1)
     advance_rounds(other, other.clock, 3)
     assert _values(other, 1) == _values(other, 0) == sorted(committed + [(0, 2, "b0")])

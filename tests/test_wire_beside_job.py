@@ -12,12 +12,13 @@ import pytest
 from pipeline import Cluster
 from pipeline.wire.front_door import serve
 from tests.test_replicate_job import REPO, SPARK_SUBMIT, job_env
+from tests.test_wire_produce_fetch import consumed
 
 pytestmark = pytest.mark.integration
 
 
 def test_a_stock_client_produces_and_consumes_through_the_door_while_the_job_runs_the_rounds(spark, tmp_path):
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka import KafkaConsumer, KafkaProducer
 
     root = str(tmp_path / "cluster")
     cluster = Cluster.create(spark, root, brokers=3)
@@ -46,13 +47,7 @@ def test_a_stock_client_produces_and_consumes_through_the_door_while_the_job_run
         consumer = KafkaConsumer(bootstrap_servers=address, request_timeout_ms=120_000, fetch_max_wait_ms=200,
                                  enable_auto_commit=False, consumer_timeout_ms=120_000)
         try:
-            consumer.assign([TopicPartition("orders", 0), TopicPartition("orders", 1)])
-            consumer.seek_to_beginning()
-            got = []
-            for message in consumer:
-                got.append((message.partition, message.offset, message.value))
-                if len(got) == len(committed):
-                    break
+            got = [(m.partition, m.offset, m.value) for m in consumed(consumer, "orders", [0, 1], len(committed))]
         finally:
             consumer.close()
         assert sorted(got) == committed

@@ -194,8 +194,22 @@ def _committed(cluster, topic):
             for r in cluster.read(topic).orderBy("partition", "offset").collect()]
 
 
+def consumed(consumer, topic, partitions, count):
+    """The first `count` messages a kafka-python consumer assigned `partitions` of `topic` reads from
+    their beginning (fewer if its consumer_timeout_ms passes first)."""
+    from kafka import TopicPartition
+    consumer.assign([TopicPartition(topic, p) for p in partitions])
+    consumer.seek_to_beginning()
+    got = []
+    for message in consumer:
+        got.append(message)
+        if len(got) == count:
+            break
+    return got
+
+
 def test_kafka_python_produces_idempotently_with_acks_all_and_consumes_it_back(new_cluster):
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka import KafkaConsumer, KafkaProducer
     from kafka.admin import KafkaAdminClient, NewTopic
 
     cluster = new_cluster(brokers=3)
@@ -229,13 +243,7 @@ def test_kafka_python_produces_idempotently_with_acks_all_and_consumes_it_back(n
         consumer = KafkaConsumer(bootstrap_servers=address, request_timeout_ms=120_000, fetch_max_wait_ms=100,
                                  enable_auto_commit=False, consumer_timeout_ms=60_000)
         try:
-            consumer.assign([TopicPartition("orders", 0), TopicPartition("orders", 1)])
-            consumer.seek_to_beginning()
-            got = []
-            for message in consumer:
-                got.append((message.partition, message.offset, message.key, message.value))
-                if len(got) == len(committed):
-                    break
+            got = [(m.partition, m.offset, m.key, m.value) for m in consumed(consumer, "orders", [0, 1], len(committed))]
             assert sorted(got) == committed
             # a record produced while the consumer polls in its sessions reaches it incrementally
             with server.handler.lock:

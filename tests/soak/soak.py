@@ -259,7 +259,13 @@ class Soak(StorageAndProcessFaults):
         if broker not in self.stopped:
             return self._skip(f"start broker {broker}")
         self._location_back(broker)
-        self.cluster.start_broker(broker)
+        try:
+            self.cluster.start_broker(broker)
+        except ReplogError as e:
+            if e.code != "DUPLICATE_BROKER_REGISTRATION":
+                raise
+            # an empty log's restart waits until a round has fenced the previous incarnation
+            return self._note(f"start broker {broker} refused: {e.code}")
         self.stopped.discard(broker)
         self.lost.discard(broker)
         self._note(f"start broker {broker}")
@@ -345,7 +351,7 @@ class Soak(StorageAndProcessFaults):
             self._location_back(b)
         self._halted_by_failure()
         for b in sorted(self.stopped):
-            self.cluster.start_broker(b)
+            self._start_when_fenced(b)
         self.failing = {}  # (a read-only location no write met: writable again, its broker never halted)
         if self.quota_rate is not None:
             self.cluster.alter_client_quotas({"client-id": CLIENT_ID}, delete=["producer_byte_rate"])
@@ -357,6 +363,20 @@ class Soak(StorageAndProcessFaults):
             if report.pending_requests == 0 and report.active_partitions == 0 and not report.throttled_requests:
                 break
         self.checker.check_settled(self.checker.snapshot())
+
+    def _start_when_fenced(self, broker: int, max_rounds: int = 20) -> None:
+        """Starts `broker`; a restart with an empty log refused while its previous incarnation is
+        not fenced gets rounds a session timeout apart until one has fenced it (the rounds' time
+        may stand still while the clock catches up after stepping back)."""
+        for _ in range(max_rounds):
+            try:
+                return self.cluster.start_broker(broker)
+            except ReplogError as e:
+                if e.code != "DUPLICATE_BROKER_REGISTRATION":
+                    raise
+            self._note(f"heal: broker {broker}'s empty-log restart waits for its fencing")
+            self._round(self.cluster.core.config["broker.session.timeout.ms"] + 1)
+        raise AssertionError(f"broker {broker} was not fenced in {max_rounds} rounds")
 
     def step(self, name: str, params: dict | None = None) -> None:
         """One event: drawn when `params` is None, else replayed as recorded."""
