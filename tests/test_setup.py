@@ -16,7 +16,7 @@ def run_setup(tmp_path, java_script):
     when given: the machine's own Java is out of sight."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("dirname", "sed", "head"):
+    for tool in ("dirname", "sed", "head", "cut"):
         (bin_dir / tool).symlink_to(shutil.which(tool))
     if java_script is not None:
         java = bin_dir / "java"
@@ -34,31 +34,58 @@ def test_setup_without_java_says_what_to_install(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_setup_with_wrong_java_version_says_what_to_install(tmp_path):
-    result = run_setup(tmp_path, f'#!{shutil.which("sh")}\necho \'openjdk version "11.0.2" 2019-01-15\' >&2\n')
+def fake_java(version):
+    return f'#!{shutil.which("sh")}\necho \'openjdk version "{version}" 2025-07-15\' >&2\n'
+
+
+@pytest.mark.parametrize("version", ["11.0.2", "21.0.8", "25.0.2", "26"])
+def test_setup_with_a_java_spark_does_not_run_here_says_what_to_install(tmp_path, version):
+    result = run_setup(tmp_path, fake_java(version))
     assert result.returncode == 1
-    assert "Java 11 found" in result.stderr and "needs Java 17" in result.stderr
-    assert "Exception" not in result.stderr
+    assert f"Java {version} found" in result.stderr and "runs here on Java 17, or 25.0.3 and later" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Exception" not in result.stderr
 
 
-def test_spark_starts_on_java_17_names_any_other_and_keeps_an_archive_per_java(tmp_path, monkeypatch):
+@pytest.mark.parametrize("version", ["17.0.15", "25.0.3", "25.0.10"])
+def test_setup_takes_java_17_and_25_from_its_third_update(tmp_path, version):
+    result = run_setup(tmp_path, fake_java(version))
+    assert "Java" not in result.stderr  # past the check (it stops later: this PATH has no python3)
+    assert result.returncode != 0
+
+
+def test_spark_starts_on_java_17_and_25_names_any_other_and_keeps_an_archive_per_java(tmp_path, monkeypatch):
     from pipeline.runtime import session
 
     def java_home(version):
         home = tmp_path / version
-        (home / "bin").mkdir(parents=True)
+        (home / "bin").mkdir(parents=True, exist_ok=True)
         java = home / "bin" / "java"
-        java.write_text(f'#!{shutil.which("sh")}\necho \'openjdk version "{version}" 2025-07-15\' >&2\n')
+        java.write_text(fake_java(version))
         java.chmod(0o755)
         return str(home)
 
-    monkeypatch.setenv("JAVA_HOME", java_home("17.0.15"))
-    session._check_java()
-    assert session.jvm_archive().name.endswith("-java17.jsa")
+    for version, release in (("17.0.15", 17), ("25.0.3", 25)):
+        monkeypatch.setenv("JAVA_HOME", java_home(version))
+        session._check_java()
+        assert session.jvm_archive().name.endswith(f"-java{release}.jsa")
+    for version in ("21.0.8", "25.0.2", "11.0.2"):
+        monkeypatch.setenv("JAVA_HOME", java_home(version))
+        with pytest.raises(SparkSetupError, match=rf'Java 17, or 25.0.3 and later; found: openjdk version "{version}"'):
+            session._check_java()
     monkeypatch.setenv("JAVA_HOME", java_home("21.0.8"))
     assert session.jvm_archive().name.endswith("-java21.jsa")  # (an archive serves the JVM that made it)
-    with pytest.raises(SparkSetupError, match=r'needs Java 17, found: openjdk version "21.0.8"'):
-        session._check_java()
+
+
+def test_java_accepted_reads_the_release_and_update_of_a_version_line():
+    from pipeline.runtime.session import java_accepted
+    assert java_accepted('openjdk version "17" 2021-09-14')
+    assert java_accepted('openjdk version "17.0.15" 2025-04-15')
+    assert java_accepted('openjdk version "25.0.3" 2026-04-21 LTS')
+    assert not java_accepted('openjdk version "25.0.2" 2026-01-20 LTS')
+    assert not java_accepted('openjdk version "25" 2025-09-16')
+    assert not java_accepted('openjdk version "21.0.8" 2025-07-15')
+    assert not java_accepted('java version "1.8.0_451"')
+    assert not java_accepted("unknown")
 
 
 def test_missing_delta_jars_name_the_fix(tmp_path, monkeypatch):

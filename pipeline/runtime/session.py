@@ -41,7 +41,7 @@ def forget_table_logs(spark: SparkSession) -> None:
 
 
 class SparkSetupError(RuntimeError):
-    """The machine lacks what Spark needs (Java 17, the Delta jars)."""
+    """The machine lacks what Spark needs (Java 17 or 25, the Delta jars)."""
 
 
 def delta_jars(jars_dir: Path | None = None, fetch: bool = True) -> list[str]:
@@ -98,9 +98,10 @@ def driver_java_options(short_lived: bool = False, parallel_gc: bool = False) ->
     return " ".join(options)
 
 
-# the Java releases the suite is known to pass on (Spark 4.2 names 17 and 21; no full Java 21
-# runtime could be installed on the machines the suite runs on, so 21 is not accepted yet)
-JAVA_RELEASES = (17,)
+# The Java releases the suite passes on, each with its first accepted update. Spark 4.2 runs on
+# Java 17, 21 and 25 and deprecates 25 before 25.0.3 (G1 corrupted data: SPARK-55852). 21 is not
+# accepted: no full Java 21 runtime installs on the machines the suite runs on (README, Limitations).
+JAVA_RELEASES = {17: 0, 25: 3}
 
 
 def _java() -> str | None:
@@ -118,13 +119,22 @@ def java_release(java: str) -> tuple[int | None, str]:
     return (int(found.group(1)) if found else None), first
 
 
+def java_accepted(version_line: str) -> bool:
+    """Whether the Java whose `java -version` first line this is runs the product: a release of
+    JAVA_RELEASES at or after its first accepted update ('openjdk version "25.0.3" ...')."""
+    found = re.search(r'version "(\d+)(?:\.(\d+))?(?:\.(\d+))?', version_line)
+    if not found or int(found.group(1)) not in JAVA_RELEASES:
+        return False
+    return int(found.group(3) or 0) >= JAVA_RELEASES[int(found.group(1))]
+
+
 def _check_java() -> None:
     java = _java()
     if java is None:
-        raise SparkSetupError("No Java found: install a Java 17 JDK (Spark 4.2 needs it) and retry.")
-    release, first = java_release(java)
-    if release not in JAVA_RELEASES:
-        raise SparkSetupError(f"Spark 4.2 with Delta 4.4 needs Java 17, found: {first}.")
+        raise SparkSetupError("No Java found: install a Java 17 (or 25) JDK and retry.")
+    first = java_release(java)[1]
+    if not java_accepted(first):
+        raise SparkSetupError(f"Spark 4.2 with Delta 4.4 runs here on Java 17, or 25.0.3 and later; found: {first}.")
 
 
 def _submitted_conf() -> Any:
