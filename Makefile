@@ -1,7 +1,7 @@
 PY := .venv/bin/python
 ROOT ?= demo-root
 
-.PHONY: setup test test-integration test-airflow airflow-setup demo notebook clean profile bench bench-round soak soak-model
+.PHONY: setup test test-java21 test-integration test-airflow airflow-setup demo notebook clean profile bench bench-round soak soak-model
 
 setup:
 	@bash scripts/setup.sh
@@ -10,6 +10,11 @@ setup:
 # is mostly driver-side latency, so two processes use the two cores (8:43 vs 9:59 sequential)
 test: setup
 	$(PY) -m pytest -n 2 --dist loadfile --durations=15
+
+# the suite on Java 21 where the machine packages none (Debian 12): Debian 13's runtime, unpacked
+# into .cache/java21 (scripts/debian13_java21.sh)
+test-java21:
+	JAVA_HOME=$$(scripts/debian13_java21.sh) $(MAKE) test
 
 # the jobs run as users run them: spark-submit and CLI subprocesses (minutes; CI runs it after make
 # test). Two workers that take test by test (a few tests of minutes each, in few files: whole files

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent set-up: checks Java (17 or 25), creates .venv, installs the package with its test extras and
+# Idempotent set-up: checks Java (17, 21 or 25), creates .venv, installs the package with its test extras and
 # fetches the Delta Lake jars once into .cache/jars (later runs need no network).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,13 +18,13 @@ if ! command -v "$java_cmd" >/dev/null 2>&1; then
   echo "setup: no 'java' on PATH. Install a Java 17 JDK (Debian: apt-get install openjdk-17-jdk-headless) and run 'make setup' again." >&2
   exit 1
 fi
-# Java 17, or 25 from 25.0.3 (Spark 4.2 deprecates earlier 25s); pipeline/runtime/session.py's
+# Java 17 or 21, or 25 from 25.0.3 (Spark 4.2 deprecates earlier 25s); pipeline/runtime/session.py's
 # JAVA_RELEASES says the same
 java_version=$("$java_cmd" -version 2>&1 | sed -n 's/.*version "\([0-9][0-9.]*\).*/\1/p' | head -n1)
 java_major=${java_version%%.*}
 java_update=$(echo "$java_version" | cut -s -d. -f3)
-if ! { [ "$java_major" = "17" ] || { [ "$java_major" = "25" ] && [ "${java_update:-0}" -ge 3 ]; }; }; then
-  echo "setup: Java ${java_version:-unknown} found, but Spark 4.2 with Delta 4.4 runs here on Java 17, or 25.0.3 and later. Install a Java 17 JDK and put it first on PATH (or set JAVA_HOME)." >&2
+if ! { [ "$java_major" = "17" ] || [ "$java_major" = "21" ] || { [ "$java_major" = "25" ] && [ "${java_update:-0}" -ge 3 ]; }; }; then
+  echo "setup: Java ${java_version:-unknown} found, but Spark 4.2 with Delta 4.4 runs on Java 17, 21, or 25.0.3 and later. Install a Java 17 JDK and put it first on PATH (or set JAVA_HOME)." >&2
   exit 1
 fi
 

@@ -38,22 +38,22 @@ def fake_java(version):
     return f'#!{shutil.which("sh")}\necho \'openjdk version "{version}" 2025-07-15\' >&2\n'
 
 
-@pytest.mark.parametrize("version", ["11.0.2", "21.0.8", "25.0.2", "26"])
+@pytest.mark.parametrize("version", ["11.0.2", "25.0.2", "26"])
 def test_setup_with_a_java_spark_does_not_run_here_says_what_to_install(tmp_path, version):
     result = run_setup(tmp_path, fake_java(version))
     assert result.returncode == 1
-    assert f"Java {version} found" in result.stderr and "runs here on Java 17, or 25.0.3 and later" in result.stderr
+    assert f"Java {version} found" in result.stderr and "runs on Java 17, 21, or 25.0.3 and later" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Exception" not in result.stderr
 
 
-@pytest.mark.parametrize("version", ["17.0.15", "25.0.3", "25.0.10"])
-def test_setup_takes_java_17_and_25_from_its_third_update(tmp_path, version):
+@pytest.mark.parametrize("version", ["17.0.15", "21.0.13", "25.0.3", "25.0.10"])
+def test_setup_takes_java_17_21_and_25_from_its_third_update(tmp_path, version):
     result = run_setup(tmp_path, fake_java(version))
     assert "Java" not in result.stderr  # past the check (it stops later: this PATH has no python3)
     assert result.returncode != 0
 
 
-def test_spark_starts_on_java_17_and_25_names_any_other_and_keeps_an_archive_per_java(tmp_path, monkeypatch):
+def test_spark_starts_on_java_17_21_and_25_names_any_other_and_keeps_an_archive_per_java(tmp_path, monkeypatch):
     from pipeline.runtime import session
 
     def java_home(version):
@@ -64,16 +64,15 @@ def test_spark_starts_on_java_17_and_25_names_any_other_and_keeps_an_archive_per
         java.chmod(0o755)
         return str(home)
 
-    for version, release in (("17.0.15", 17), ("25.0.3", 25)):
+    for version, release in (("17.0.15", 17), ("21.0.8", 21), ("25.0.3", 25)):
         monkeypatch.setenv("JAVA_HOME", java_home(version))
         session._check_java()
         assert session.jvm_archive().name.endswith(f"-java{release}.jsa")
-    for version in ("21.0.8", "25.0.2", "11.0.2"):
+    for version in ("25.0.2", "11.0.2", "26.0.1"):
         monkeypatch.setenv("JAVA_HOME", java_home(version))
-        with pytest.raises(SparkSetupError, match=rf'Java 17, or 25.0.3 and later; found: openjdk version "{version}"'):
+        with pytest.raises(SparkSetupError, match=rf'Java 17, 21, or 25.0.3 and later; found: openjdk version "{version}"'):
             session._check_java()
-    monkeypatch.setenv("JAVA_HOME", java_home("21.0.8"))
-    assert session.jvm_archive().name.endswith("-java21.jsa")  # (an archive serves the JVM that made it)
+    assert session.jvm_archive().name.endswith("-java26.jsa")  # (an archive serves the JVM that made it)
 
 
 def test_java_accepted_reads_the_release_and_update_of_a_version_line():
@@ -83,7 +82,8 @@ def test_java_accepted_reads_the_release_and_update_of_a_version_line():
     assert java_accepted('openjdk version "25.0.3" 2026-04-21 LTS')
     assert not java_accepted('openjdk version "25.0.2" 2026-01-20 LTS')
     assert not java_accepted('openjdk version "25" 2025-09-16')
-    assert not java_accepted('openjdk version "21.0.8" 2025-07-15')
+    assert java_accepted('openjdk version "21.0.8" 2025-07-15')
+    assert not java_accepted('openjdk version "26.0.1" 2026-04-21')
     assert not java_accepted('java version "1.8.0_451"')
     assert not java_accepted("unknown")
 

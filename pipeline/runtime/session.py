@@ -41,7 +41,7 @@ def forget_table_logs(spark: SparkSession) -> None:
 
 
 class SparkSetupError(RuntimeError):
-    """The machine lacks what Spark needs (Java 17 or 25, the Delta jars)."""
+    """The machine lacks what Spark needs (Java 17, 21 or 25, the Delta jars)."""
 
 
 def delta_jars(jars_dir: Path | None = None, fetch: bool = True) -> list[str]:
@@ -98,10 +98,9 @@ def driver_java_options(short_lived: bool = False, parallel_gc: bool = False) ->
     return " ".join(options)
 
 
-# The Java releases the suite passes on, each with its first accepted update. Spark 4.2 runs on
-# Java 17, 21 and 25 and deprecates 25 before 25.0.3 (G1 corrupted data: SPARK-55852). 21 is not
-# accepted: no full Java 21 runtime installs on the machines the suite runs on (README, Limitations).
-JAVA_RELEASES = {17: 0, 25: 3}
+# The Java releases the suite passes on, each with its first accepted update: Spark 4.2's own list
+# (17, 21 and 25; it deprecates 25 before 25.0.3, whose G1 corrupted data: SPARK-55852).
+JAVA_RELEASES = {17: 0, 21: 0, 25: 3}
 
 
 def _java() -> str | None:
@@ -131,10 +130,10 @@ def java_accepted(version_line: str) -> bool:
 def _check_java() -> None:
     java = _java()
     if java is None:
-        raise SparkSetupError("No Java found: install a Java 17 (or 25) JDK and retry.")
+        raise SparkSetupError("No Java found: install a Java 17 JDK (or 21, or 25) and retry.")
     first = java_release(java)[1]
     if not java_accepted(first):
-        raise SparkSetupError(f"Spark 4.2 with Delta 4.4 runs here on Java 17, or 25.0.3 and later; found: {first}.")
+        raise SparkSetupError(f"Spark 4.2 with Delta 4.4 runs on Java 17, 21, or 25.0.3 and later; found: {first}.")
 
 
 def _submitted_conf() -> Any:
