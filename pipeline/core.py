@@ -27,6 +27,15 @@ __all__ = ["ClusterCore"]
 _UNREAD = object()  # ClusterCore.last_report before the rounds table is read
 
 
+def newest_report(storage: Storage) -> RoundReport | None:
+    """The newest complete round's report, read from the rounds table (None before any round). A
+    row whose round's last wave did not land whole is not a complete round's (storage/recovery.py)."""
+    last = storage.read("rounds").orderBy(F.col("round_id").desc()).limit(2).collect()
+    if last and recovery.last_complete_round(storage, last[0]["round_id"])[0] < last[0]["round_id"]:
+        last = last[1:]
+    return RoundReport(**last[0].asDict()) if last else None
+
+
 class ClusterCore:
     """One open cluster's process state (see the module's docstring)."""
 
@@ -76,11 +85,7 @@ class ClusterCore:
         """The newest round's report, read from the rounds table when first asked for (a command
         that runs no round and needs no round id never reads it)."""
         if self._last is _UNREAD:
-            last = self.storage.read("rounds").orderBy(F.col("round_id").desc()).limit(2).collect()
-            # (a row whose round's last wave did not land whole is not a complete round's: storage/recovery.py)
-            if last and recovery.last_complete_round(self.storage, last[0]["round_id"])[0] < last[0]["round_id"]:
-                last = last[1:]
-            self._last = RoundReport(**last[0].asDict()) if last else None
+            self._last = newest_report(self.storage)
         return self._last  # type: ignore[return-value]
 
     @last_report.setter

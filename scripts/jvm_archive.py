@@ -49,7 +49,7 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if not partial.is_file() or partial.stat().st_size == 0:
-        print(f"setup: the JVM wrote no class-data-sharing archive; JVMs start without one", file=sys.stderr)
+        print("setup: the JVM wrote no class-data-sharing archive; JVMs start without one", file=sys.stderr)
         return 1
     partial.rename(target)
     return 0

@@ -26,6 +26,7 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
+from pipeline.core import newest_report
 from pipeline.errors import ReplogError
 from pipeline.control import session_cache as session_rules
 from pipeline.wire.fetch import FETCH, RECORD_OVERHEAD, answers, fetch_ranges, fetch_response
@@ -280,9 +281,8 @@ class FrontDoor:
         storage.ensure("client_sessions")
         key = (storage.version("rounds"), storage.version("client_sessions"))
         if self._held is None or self._held[0] != key:
-            newest = (storage.read("rounds").orderBy(F.col("round_id").desc()).select("fetch_sessions").limit(1)
-                      .collect())
-            followers, _ = session_rules.sessions_from_json(newest[0]["fetch_sessions"] if newest else None)
+            newest = newest_report(storage)  # (the rounds may run in another process: the job)
+            followers, _ = session_rules.sessions_from_json(newest.fetch_sessions if newest else None)
             held = self.cluster.core.metadata.client_sessions().cache(followers)
             self._held = (key, Counter(s.leader for s in held))
         return self.cluster.core.config["max.incremental.fetch.session.cache.slots"] - self._held[1][leader]
