@@ -24,7 +24,7 @@ java_version=$("$java_cmd" -version 2>&1 | sed -n 's/.*version "\([0-9][0-9.]*\)
 java_major=${java_version%%.*}
 java_update=$(echo "$java_version" | cut -s -d. -f3)
 if ! { [ "$java_major" = "17" ] || [ "$java_major" = "21" ] || { [ "$java_major" = "25" ] && [ "${java_update:-0}" -ge 3 ]; }; }; then
-  echo "setup: Java ${java_version:-unknown} found, but Spark 4.2 with Delta 4.4 runs on Java 17, 21, or 25.0.3 and later. Install a Java 17 JDK and put it first on PATH (or set JAVA_HOME)." >&2
+  echo "setup: Java ${java_version:-unknown} found, but Spark 4.2 with Delta 4.4 runs on Java 17, 21 or 25 (from 25.0.3). Install a Java 17 JDK and put it first on PATH (or set JAVA_HOME)." >&2
   exit 1
 fi
 

@@ -42,7 +42,7 @@ def fake_java(version):
 def test_setup_with_a_java_spark_does_not_run_here_says_what_to_install(tmp_path, version):
     result = run_setup(tmp_path, fake_java(version))
     assert result.returncode == 1
-    assert f"Java {version} found" in result.stderr and "runs on Java 17, 21, or 25.0.3 and later" in result.stderr
+    assert f"Java {version} found" in result.stderr and "runs on Java 17, 21 or 25 (from 25.0.3)" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Exception" not in result.stderr
 
 
@@ -70,7 +70,7 @@ def test_spark_starts_on_java_17_21_and_25_names_any_other_and_keeps_an_archive_
         assert session.jvm_archive().name.endswith(f"-java{release}.jsa")
     for version in ("25.0.2", "11.0.2", "26.0.1"):
         monkeypatch.setenv("JAVA_HOME", java_home(version))
-        with pytest.raises(SparkSetupError, match=rf'Java 17, 21, or 25.0.3 and later; found: openjdk version "{version}"'):
+        with pytest.raises(SparkSetupError, match=rf'Java 17, 21 or 25 \(from 25\.0\.3\); found: openjdk version "{version}"'):
             session._check_java()
     assert session.jvm_archive().name.endswith("-java26.jsa")  # (an archive serves the JVM that made it)
 

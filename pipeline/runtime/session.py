@@ -133,7 +133,7 @@ def _check_java() -> None:
         raise SparkSetupError("No Java found: install a Java 17 JDK (or 21, or 25) and retry.")
     first = java_release(java)[1]
     if not java_accepted(first):
-        raise SparkSetupError(f"Spark 4.2 with Delta 4.4 runs on Java 17, 21, or 25.0.3 and later; found: {first}.")
+        raise SparkSetupError(f"Spark 4.2 with Delta 4.4 runs on Java 17, 21 or 25 (from 25.0.3); found: {first}.")
 
 
 def _submitted_conf() -> Any:
