@@ -34,8 +34,9 @@ def test_setup_without_java_says_what_to_install(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def fake_java(version):
-    return f'#!{shutil.which("sh")}\necho \'openjdk version "{version}" 2025-07-15\' >&2\n'
+def fake_java(version, first_line=""):
+    first = f"echo '{first_line}' >&2\n" if first_line else ""
+    return f'#!{shutil.which("sh")}\n{first}echo \'openjdk version "{version}" 2025-07-15\' >&2\n'
 
 
 @pytest.mark.parametrize("version", ["11.0.2", "25.0.2", "26"])
@@ -47,8 +48,9 @@ def test_setup_with_a_java_spark_does_not_run_here_says_what_to_install(tmp_path
 
 
 @pytest.mark.parametrize("version", ["17.0.15", "21.0.13", "25.0.3", "25.0.10"])
-def test_setup_takes_java_17_21_and_25_from_its_third_update(tmp_path, version):
-    result = run_setup(tmp_path, fake_java(version))
+@pytest.mark.parametrize("first_line", ["", "Picked up JAVA_TOOL_OPTIONS: -Xlog:gc"])
+def test_setup_takes_java_17_21_and_25_from_its_third_update(tmp_path, version, first_line):
+    result = run_setup(tmp_path, fake_java(version, first_line))
     assert "Java" not in result.stderr  # past the check (it stops later: this PATH has no python3)
     assert result.returncode != 0
 
@@ -56,11 +58,11 @@ def test_setup_takes_java_17_21_and_25_from_its_third_update(tmp_path, version):
 def test_spark_starts_on_java_17_21_and_25_names_any_other_and_keeps_an_archive_per_java(tmp_path, monkeypatch):
     from pipeline.runtime import session
 
-    def java_home(version):
-        home = tmp_path / version
+    def java_home(version, first_line=""):
+        home = tmp_path / f"{version}{len(first_line)}"
         (home / "bin").mkdir(parents=True, exist_ok=True)
         java = home / "bin" / "java"
-        java.write_text(fake_java(version))
+        java.write_text(fake_java(version, first_line))
         java.chmod(0o755)
         return str(home)
 
@@ -68,6 +70,9 @@ def test_spark_starts_on_java_17_21_and_25_names_any_other_and_keeps_an_archive_
         monkeypatch.setenv("JAVA_HOME", java_home(version))
         session._check_java()
         assert session.jvm_archive().name.endswith(f"-java{release}.jsa")
+    # with JAVA_TOOL_OPTIONS set the JVM names them first: the version is read from its own line
+    monkeypatch.setenv("JAVA_HOME", java_home("21.0.8", "Picked up JAVA_TOOL_OPTIONS: -Xlog:gc"))
+    session._check_java()
     for version in ("25.0.2", "11.0.2", "26.0.1"):
         monkeypatch.setenv("JAVA_HOME", java_home(version))
         with pytest.raises(SparkSetupError, match=rf'Java 17, 21 or 25 \(from 25\.0\.3\); found: openjdk version "{version}"'):
@@ -75,17 +80,20 @@ def test_spark_starts_on_java_17_21_and_25_names_any_other_and_keeps_an_archive_
     assert session.jvm_archive().name.endswith("-java26.jsa")  # (an archive serves the JVM that made it)
 
 
-def test_java_accepted_reads_the_release_and_update_of_a_version_line():
-    from pipeline.runtime.session import java_accepted
-    assert java_accepted('openjdk version "17" 2021-09-14')
-    assert java_accepted('openjdk version "17.0.15" 2025-04-15')
-    assert java_accepted('openjdk version "25.0.3" 2026-04-21 LTS')
-    assert not java_accepted('openjdk version "25.0.2" 2026-01-20 LTS')
-    assert not java_accepted('openjdk version "25" 2025-09-16')
-    assert java_accepted('openjdk version "21.0.8" 2025-07-15')
-    assert not java_accepted('openjdk version "26.0.1" 2026-04-21')
-    assert not java_accepted('java version "1.8.0_451"')
-    assert not java_accepted("unknown")
+def test_the_java_version_is_read_from_its_line_whatever_the_jvm_prints_first():
+    from pipeline.runtime.session import java_accepted, parse_java_version
+    assert parse_java_version('openjdk version "17" 2021-09-14\nOpenJDK Runtime Environment') == \
+        (17, 0, 'openjdk version "17" 2021-09-14')
+    assert parse_java_version('openjdk version "25.0.3" 2026-04-21 LTS')[:2] == (25, 3)
+    # JAVA_TOOL_OPTIONS set (a profiler, a class-loading log): the JVM says so first
+    picked = 'Picked up JAVA_TOOL_OPTIONS: -Xlog:class+load=info:file=/tmp/c-%p.log\nopenjdk version "21.0.8" 2025-07-15\n'
+    assert parse_java_version(picked) == (21, 8, 'openjdk version "21.0.8" 2025-07-15')
+    assert parse_java_version('java version "1.8.0_451"')[:2] == (1, 0)
+    assert parse_java_version("") == (None, 0, "unknown")
+    assert parse_java_version("Error: could not open lib/jvm.cfg") == (None, 0, "Error: could not open lib/jvm.cfg")
+    accepted = [(17, 0), (17, 15), (21, 8), (25, 3), (25, 10)]
+    refused = [(25, 2), (25, 0), (26, 1), (1, 0), (11, 2), (None, 0)]
+    assert all(java_accepted(*v) for v in accepted) and not any(java_accepted(*v) for v in refused)
 
 
 def test_missing_delta_jars_name_the_fix(tmp_path, monkeypatch):

@@ -108,32 +108,36 @@ def _java() -> str | None:
     return shutil.which("java", path=os.path.join(home, "bin")) if home else shutil.which("java")
 
 
+def parse_java_version(output: str) -> tuple[int | None, int, str]:
+    """The feature release and update `java -version` printed (17 and 15 for "17.0.15"; None and 0
+    when it names none) and the line that names them. The JVM may print other lines first: "Picked
+    up JAVA_TOOL_OPTIONS: ..." when that variable is set."""
+    for line in output.splitlines():
+        found = re.search(r'version "(\d+)(?:\.(\d+))?(?:\.(\d+))?', line)
+        if found:
+            return int(found.group(1)), int(found.group(3) or 0), line
+    return None, 0, (output.splitlines() or ["unknown"])[-1]
+
+
+def java_accepted(release: int | None, update: int) -> bool:
+    """Whether a Java release and update runs the product: a release of JAVA_RELEASES at or after
+    its first accepted update."""
+    return release in JAVA_RELEASES and update >= JAVA_RELEASES[release]
+
+
 @functools.lru_cache(maxsize=None)
-def java_release(java: str) -> tuple[int | None, str]:
-    """The feature release of the `java` executable (17 for "17.0.15"; None when it says none it
-    can be read from), and the first line `java -version` printed."""
-    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
-    first = out.splitlines()[0] if out else "unknown"
-    found = re.search(r'version "(\d+)', out)
-    return (int(found.group(1)) if found else None), first
-
-
-def java_accepted(version_line: str) -> bool:
-    """Whether the Java whose `java -version` first line this is runs the product: a release of
-    JAVA_RELEASES at or after its first accepted update ('openjdk version "25.0.3" ...')."""
-    found = re.search(r'version "(\d+)(?:\.(\d+))?(?:\.(\d+))?', version_line)
-    if not found or int(found.group(1)) not in JAVA_RELEASES:
-        return False
-    return int(found.group(3) or 0) >= JAVA_RELEASES[int(found.group(1))]
+def java_release(java: str) -> tuple[int | None, int, str]:
+    """parse_java_version of what the `java` executable says."""
+    return parse_java_version(subprocess.run([java, "-version"], capture_output=True, text=True).stderr)
 
 
 def _check_java() -> None:
     java = _java()
     if java is None:
         raise SparkSetupError("No Java found: install a Java 17 JDK (or 21, or 25) and retry.")
-    first = java_release(java)[1]
-    if not java_accepted(first):
-        raise SparkSetupError(f"Spark 4.2 with Delta 4.4 runs on Java 17, 21 or 25 (from 25.0.3); found: {first}.")
+    release, update, line = java_release(java)
+    if not java_accepted(release, update):
+        raise SparkSetupError(f"Spark 4.2 with Delta 4.4 runs on Java 17, 21 or 25 (from 25.0.3); found: {line}.")
 
 
 def _submitted_conf() -> Any:
