@@ -16,7 +16,9 @@ from pipeline.control import controller
 from pipeline.control.assignment import assign_replicas
 from pipeline.config import to_json, validate_topic_config
 from pipeline.errors import ErrorCode, ReplogError
-from pipeline.schemas import ADMIN_SCHEMA, BROKERS_SCHEMA, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA, TOPICS_SCHEMA
+from pipeline.metadata_cache import broker_state
+from pipeline.schemas import (ADMIN_SCHEMA, BROKERS_SCHEMA, NO_LEADER, PARTITIONS_SCHEMA, REPLICA_STATE_SCHEMA,
+                              TOPICS_SCHEMA)
 from pipeline.storage import views
 from pipeline.storage.locations import check_locations
 
@@ -89,6 +91,7 @@ def delete_records(core: "ClusterCore", topic: str, partition: int, before_offse
     partitions = core.spark.sql(views.partitions_sql(core.storage, core.config["min.insync.replicas"]))
     leader = partitions.filter((F.col("topic") == topic) & (F.col("partition") == partition)).first()
     hw, start = leader["high_watermark"], leader["log_start_offset"]
+    _refuse_a_down_leader(core, topic, partition, leader["leader"])
     if before_offset == -1 and not isinstance(before_offset, bool):
         before_offset = hw
     if isinstance(before_offset, bool) or not isinstance(before_offset, int) or not 0 <= before_offset <= hw:
@@ -96,6 +99,20 @@ def delete_records(core: "ClusterCore", topic: str, partition: int, before_offse
                           f"before_offset must be -1 or between 0 and the high watermark {hw}, got {before_offset!r}")
     _admin_request(core, [("delete_records", topic, partition, before_offset, None)])
     return max(start, before_offset)
+
+
+def _refuse_a_down_leader(core: "ClusterCore", topic: str, partition: int, leader: int) -> None:
+    """LEADER_NOT_AVAILABLE when the partition has no leader, or its leader is down (stopped, or
+    halted for a failed log directory, and not fenced yet): Kafka's admin client sends
+    DeleteRecords to the leader, which must be up to move its log start offset. Retriable: once
+    the controller fences the broker and elects another leader, or it restarts."""
+    if leader == NO_LEADER:
+        raise ReplogError(ErrorCode.LEADER_NOT_AVAILABLE, f"partition {topic}-{partition} has no leader (offline)")
+    state = broker_state(core.metadata.broker_row(leader))
+    if state in (controller.STOPPED, controller.FENCED):
+        raise ReplogError(ErrorCode.LEADER_NOT_AVAILABLE,
+                          f"the leader of {topic}-{partition}, broker {leader}, is {state}: retry once it restarts "
+                          "or the controller, fencing it, elects another leader")
 
 
 def elect_preferred_leaders(core: "ClusterCore", topic: str | None = None, partition: int | None = None) -> None:

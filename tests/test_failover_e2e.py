@@ -161,6 +161,10 @@ def test_last_isr_member_crash_offline_unless_unclean_election_is_enabled(spark,
     refused = cluster.produce("safe", [{"value": "x"}], acks=1)
     advance_round(cluster, clock)
     assert _result(cluster, refused)["error_code"] == "NOT_LEADER_OR_FOLLOWER"
+    admin = cluster.storage.version("admin")
+    with pytest.raises(ReplogError, match="LEADER_NOT_AVAILABLE: partition safe-0 has no leader"):
+        cluster.delete_records("safe", 0, -1)  # (Kafka's DeleteRecords needs a leader to take it)
+    assert cluster.storage.version("admin") == admin
 
     # broker 0 returns: "safe" is led by it again (epoch 2: fenced, then unfenced); on "risky" it
     # follows broker 1 and truncates its epoch-0 suffix at 2, where broker 1's epoch 1 starts

@@ -56,6 +56,20 @@ def test_a_leader_that_is_down_and_not_yet_fenced_refuses_produce_and_moves_noth
     assert (out["high_watermark"], out["log_end_offset"], out["records_appended"]) == (10, [10, 10, 10], 0)
 
 
+def test_delete_records_moves_a_serving_leaders_log_start_and_not_a_down_ones():
+    # delete_records before offset 5 (HW 10): a serving leader moves its log start and its
+    # followers take it from the response; a leader that is down (its log directory may be gone)
+    # moves none, and no broker's log has a prefix to delete
+    state = pa.Table.from_pylist([partition(0)], schema=STATE).append_column(
+        "requested_log_start_offset", pa.array([5], pa.int64()))
+    requests = pa.Table.from_pylist([], schema=REQUESTS)
+    for down, expected, brokers in (((), [5, 5, 5], {0, 1, 2}), ((0,), [0, 0, 0], set())):
+        out, figures = fetch_round_and_sessions(state, requests, RoundContext(
+            round_id=3, now_ms=100, fetching_brokers=(0, 1, 2), ineligible_brokers=down))
+        assert out.to_pylist()[0]["log_start_offset"] == expected, down
+        assert set(figures.log_start_brokers) == brokers, down
+
+
 def test_a_throttled_fetcher_takes_one_fetch_a_round_within_its_own_limit_and_the_hw_waits_for_it():
     # three 100-byte batches; follower 2's fetcher is throttled to 50 bytes a partition: its fetch
     # takes the first batch whole (KIP-74: a partition's first batch over the limit), its follow-up

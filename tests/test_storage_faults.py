@@ -92,6 +92,45 @@ def test_a_broken_log_of_a_running_broker_halts_it_and_the_round_goes_on(spark, 
     assert _values(other, 1) == _values(other, 0) == sorted(committed + [(0, 2, "b0")])
 
 
+def test_delete_records_on_a_leader_whose_location_failed(spark, setup, tmp_path):
+    """Soak seed 9's history: a leader's location is removed, delete_records asks for its
+    partition's HW, and the round halts the leader. The halted leader takes no log start (its log is
+    gone: the round used to fail opening it); while it is down delete_records is refused
+    (LEADER_NOT_AVAILABLE, nothing written); once the controller fences it, the new leader takes it,
+    and the restarted broker refetches from the new log start."""
+    cluster, clock = setup
+    copy = tmp_path / "copy"
+    shutil.copytree(cluster.storage.root, copy)
+    other = Cluster.open(spark, str(copy), clock=ManualClock(start_ms=clock.now_ms()))
+
+    def log_starts():
+        return {r["broker"]: r["log_start_offset"] for r in other.storage.replica_state().collect()
+                if r["topic"] == "t" and r["partition"] == 0}
+
+    leader = other.describe("t").filter("partition = 0").first()["leader"]
+    hw = other.describe("t").filter("partition = 0").first()["high_watermark"]
+    assert hw == 2 and log_starts() == {0: 0, 1: 0, 2: 0}
+    shutil.rmtree(other.storage.log_path(leader))
+    assert other.delete_records("t", 0, -1) == 2  # asked while the leader still runs
+    advance_rounds(other, other.clock, 1)         # the round halts it, and goes on
+    assert {r["broker"]: r["state"] for r in other.broker_states().collect()}[leader] == "stopped"
+    assert log_starts() == {0: 0, 1: 0, 2: 0}
+    admin = other.storage.version("admin")
+    with pytest.raises(ReplogError, match=f"LEADER_NOT_AVAILABLE: the leader of t-0, broker {leader}, is stopped"):
+        other.delete_records("t", 0, -1)
+    assert other.storage.version("admin") == admin
+    advance_rounds(other, other.clock, 1, step=10_000)  # past broker.session.timeout.ms: fenced, t-0 moves
+    new_leader = other.describe("t").filter("partition = 0").first()["leader"]
+    assert new_leader != leader
+    assert other.delete_records("t", 0, -1) == 2
+    advance_rounds(other, other.clock, 2)
+    assert log_starts() == {b: 0 if b == leader else 2 for b in range(3)}
+    other.start_broker(leader)
+    advance_rounds(other, other.clock, 3)
+    assert log_starts() == {0: 2, 1: 2, 2: 2}
+    assert _values(other, leader) == _values(other, new_leader) == [(1, 0, "a1"), (1, 1, "a3")]
+
+
 def test_a_write_that_fails_mid_round_then_heals_loses_and_doubles_nothing(spark, setup, tmp_path):
     cluster, clock = setup
     copy = tmp_path / "copy"

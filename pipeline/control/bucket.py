@@ -90,15 +90,17 @@ class Partitions:
         return np.unique(keys, axis=1, return_inverse=True)[1].reshape(pair.shape)
 
     def move_log_start(self, state: pa.Table) -> None:
-        """The leaders' log start offsets after the round's delete_records and retention
-        (`requested_log_start_offset`, a state column only when there are some)."""
+        """The serving leaders' log start offsets after the round's delete_records and retention
+        (`requested_log_start_offset`, a state column only when there are some). A leader that is
+        down takes none: Kafka's admin client cannot reach it (LEADER_NOT_AVAILABLE), and its log
+        directory may be gone (a failed one halted it)."""
         if "requested_log_start_offset" not in state.column_names or not state.num_rows:
             return
         requested = pc.fill_null(state.column("requested_log_start_offset"), -1).to_numpy(zero_copy_only=False)
         lso = self.arrays["log_start_offset"]
         moved = maybe_increment_log_start_offset(np.where(self.is_leader, lso, 0).sum(axis=1), self.high_watermark,
                                                  requested.astype(np.int64))
-        self.arrays["log_start_offset"] = np.where(self.is_leader, moved[:, None], lso)
+        self.arrays["log_start_offset"] = np.where(self.is_leader & self.serving[:, None], moved[:, None], lso)
 
     def requests(self, ctx: RoundContext) -> tuple[np.ndarray, np.ndarray]:
         """Each replica's fetch request this round as its leader took it (`ctx.fetch_contexts`):

@@ -64,10 +64,10 @@ class _BucketRound:
         if ctx.restarted:
             parts.reset(ctx)
         parts.quiescent_fetches(ctx)
-        parts.move_log_start(state)
         # a leader that is down (stopped, not yet fenced) answers nothing: its partitions have no leader
         # for the round (NOT_LEADER_OR_FOLLOWER to producers) until the controller fences it
         parts.serving = parts.is_leader.any(axis=1) & ~np.isin(parts.leader, ctx.ineligible_brokers)
+        parts.move_log_start(state)
         self.appends = Appends(requests, parts)                                               # 1. append
         self.leo_new = self.appends.leader_leo
         self.quotas = ReplicationBudgets(ctx.leader_budgets, ctx.follower_budgets) if ctx.throttled else None
