@@ -45,6 +45,24 @@ def test_a_history_with_an_unknown_event_is_refused(spark, tmp_path):
         soak.replay([["explode", {}]], heal=False)
 
 
+class Crashing(Soak):
+    """The soak plus an event that fails with a real error of Spark's: a Delta table that is not there."""
+
+    def do_crash(self) -> None:
+        self.spark.read.format("delta").load(f"{self.cluster.storage.root}-missing").count()
+
+
+def test_an_exception_is_a_violation_with_the_history_so_a_seed_is_recorded_and_minimized(spark, tmp_path):
+    # (soak seed 9 ended in a round's exception, which stopped the run with no history and no record)
+    soak = Crashing(spark, str(tmp_path / "c"), seed=1)
+    with pytest.raises(Violation) as caught:
+        soak.replay([["pause", {"broker": 2}], ["crash", {}], ["round", {}]], heal=False)
+    v = caught.value
+    assert v.check == "exception AnalysisException" and not v.during_heal
+    assert v.events == [["pause", {"broker": 2}], ["crash", {}]]
+    assert "-missing" in str(v) and "\nhistory:\n" in str(v) and "pause" in str(v).split("history:")[1]
+
+
 class PlantedLoss(Soak):
     """The soak plus one event the generator never draws: offset 0 of clean-0 deleted from every
     replica's log (a loss planted in the tables, so the checker has something real to catch)."""

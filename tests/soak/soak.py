@@ -26,6 +26,7 @@ always the same ids.
 from __future__ import annotations
 
 import random
+import re
 import time
 
 from pyspark.sql import functions as F
@@ -47,6 +48,15 @@ WEIGHTS = {
     "fail_location": 1,
 }
 CLIENT_ID = "soak"
+
+
+def crashed(error: Exception) -> Violation:
+    """An exception where the soak expects none (a round that failed, a refusal the driver does
+    not expect) as a Violation named after its class: the run then prints the history, records the
+    seed, saves and minimizes the events (for the same exception class) as for a broken guarantee."""
+    lines = [line.strip(": ") for line in str(error).splitlines() if line.strip(": ")] or [repr(error)]
+    java = [line for line in lines if re.match(r"[\w.$]+(Exception|Error)\b", line)]  # (Py4J: the Java one)
+    return Violation(f"exception {type(error).__name__}", (java or lines)[0][:500])
 
 
 class Soak(StorageAndProcessFaults):
@@ -387,7 +397,12 @@ class Soak(StorageAndProcessFaults):
             if params is None:
                 return  # nothing to do in this state: no event
         self.events.append([name, params])
-        getattr(self, f"do_{name}")(**params)
+        try:
+            getattr(self, f"do_{name}")(**params)
+        except (Violation, KeyboardInterrupt):
+            raise
+        except Exception as error:  # noqa: BLE001 - a failure like a broken guarantee (crashed)
+            raise crashed(error) from error
 
     def _failed(self, v: Violation, during_heal: bool) -> Violation:
         failure = Violation(v.check, f"seed {self.seed}: {v}\nhistory:\n" + "\n".join(self.history))
@@ -422,4 +437,6 @@ class Soak(StorageAndProcessFaults):
                 self.heal()
             except Violation as v:
                 raise self._failed(v, during_heal=True) from None
+            except Exception as error:  # noqa: BLE001 - see crashed
+                raise self._failed(crashed(error), during_heal=True) from error
         return self
