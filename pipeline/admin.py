@@ -109,7 +109,7 @@ def _refuse_a_down_leader(core: "ClusterCore", topic: str, partition: int, leade
     if leader == NO_LEADER:
         raise ReplogError(ErrorCode.LEADER_NOT_AVAILABLE, f"partition {topic}-{partition} has no leader (offline)")
     state = broker_state(core.metadata.broker_row(leader))
-    if state in (controller.STOPPED, controller.FENCED):
+    if state in controller.DOWN:
         raise ReplogError(ErrorCode.LEADER_NOT_AVAILABLE,
                           f"the leader of {topic}-{partition}, broker {leader}, is {state}: retry once it restarts "
                           "or the controller, fencing it, elects another leader")

@@ -70,7 +70,7 @@ def start_broker(core: "ClusterCore", broker: int) -> None:
     broker's previous incarnation (DUPLICATE_BROKER_REGISTRATION before that)."""
     row = core.metadata.broker_row(broker)
     state = broker_state(row)
-    if state not in (controller.STOPPED, controller.FENCED):
+    if state not in controller.DOWN:
         raise ReplogError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker} is not stopped ({state})")
     where = core.storage.broker_root(broker)
     unwritable = write_problem(core.storage, where)
@@ -129,7 +129,7 @@ def halt_failed_brokers(core: "ClusterCore", failed: Mapping[int, str] | None = 
     problems = {}
     for r in core.metadata.broker_rows():
         broker = r["broker"]
-        if broker_state(r) in (controller.STOPPED, controller.FENCED):
+        if broker_state(r) in controller.DOWN:
             continue
         problem = (failed or {}).get(broker)
         if problem is None:

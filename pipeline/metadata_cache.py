@@ -68,7 +68,7 @@ class MetadataCache:
         rows = self.broker_rows()
         paused = {r["broker"]: r["changed_ms"] for r in rows if r["fetcher_paused"]}
         paused.update({r["broker"]: r["last_heartbeat_ms"] for r in rows
-                       if broker_state(r) in (controller.STOPPED, controller.FENCED)})
+                       if broker_state(r) in controller.DOWN})
         throttles = {r["broker"]: r["fetch_max_bytes_per_round"] for r in rows
                      if r["fetch_max_bytes_per_round"] is not None}
         return paused, throttles

@@ -17,13 +17,15 @@ from pipeline.control.replication import reset_replica_state
 from pipeline.schemas import NO_LEADER, PARTITION_KEY
 
 __all__ = [
-    "RUNNING", "STOPPED", "FENCED", "STARTING", "UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET",
+    "RUNNING", "STOPPED", "FENCED", "STARTING", "DOWN", "UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET",
     "expired_broker_sessions", "elect_leaders", "elect_preferred_leaders", "reset_followers_for_new_leader", "new_leader_high_watermark",
     "epoch_cache", "end_offset_for_epoch", "diverging_epoch", "truncation_offset",
     "start_reassignments", "complete_reassignments", "reassignment_in_progress",
 ]
 
 RUNNING, STOPPED, FENCED, STARTING = "running", "stopped", "fenced", "starting"
+# the states of a broker that serves nothing: stopped (or halted), and fenced by the controller
+DOWN = (STOPPED, FENCED)
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 

@@ -180,7 +180,7 @@ def _controller_inputs(core: "ClusterCore", now: int) -> dict[str, Any]:
         "live_before_start": [b for b in core.brokers if b not in fenced and b not in starting],
         "live": [b for b in core.brokers if b not in fenced],
         "lost_log": sorted(r["broker"] for r in rows if state[r["broker"]] == controller.STARTING and r["log_lost"]),
-        "down": sorted(b for b, s in state.items() if s in (controller.STOPPED, controller.FENCED)),
+        "down": sorted(b for b, s in state.items() if s in controller.DOWN),
     }
 
 

@@ -399,7 +399,7 @@ class Soak(StorageAndProcessFaults):
         self.events.append([name, params])
         try:
             getattr(self, f"do_{name}")(**params)
-        except (Violation, KeyboardInterrupt):
+        except Violation:
             raise
         except Exception as error:  # noqa: BLE001 - a failure like a broken guarantee (crashed)
             raise crashed(error) from error
