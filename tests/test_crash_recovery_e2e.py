@@ -185,6 +185,46 @@ def test_a_last_wave_that_landed_in_part_is_undone_and_replayed(spark, prepared,
     assert finish(again, now) == clean["final"]
 
 
+def test_a_replay_after_an_active_round_keeps_that_rounds_id_and_appends_nothing_twice(spark, prepared, tmp_path):
+    """Soak seed 10: the round before the interrupted one was active, so its rounds row names
+    replica_state and results; the interrupted round's commits to them landed (not its row) and
+    recovery put both back. The last complete round is still the one before (its commits stand
+    under the recovery's), so the replay runs under the interrupted round's id and inputs: it
+    used to be taken for incomplete, and the replay ran under its id, appending its records again."""
+    base, now, round_id = prepared
+    before = str(tmp_path / "before")
+    shutil.copytree(base, before)
+    first = Cluster.open(spark, before, clock=ManualClock(start_ms=now))
+    assert first.run_round().records_appended > 0  # the round under test of the others: active here
+    first.produce("t", [{"value": "d", "partition": 0}], acks=1)
+    roots = {name: str(tmp_path / name) for name in ("clean", "crashed")}
+    for root in roots.values():
+        shutil.copytree(before, root)
+    clean_cluster = Cluster.open(spark, roots["clean"], clock=ManualClock(start_ms=now + 500))
+    assert clean_cluster.run_round().round_id == round_id + 1
+
+    crashed = Cluster.open(spark, roots["crashed"], clock=ManualClock(start_ms=now + 500))
+    storage, append = crashed.storage, crashed.storage.append
+
+    def append_but_the_rounds_row(df, path, round_id=None, step="", written_with=()):
+        if path.endswith("/rounds"):
+            raise Crash(f"before the commit to {path}")
+        append(df, path, round_id, step, written_with)
+
+    storage.append = append_but_the_rounds_row
+    with pytest.raises(Crash):
+        crashed.run_round()
+    assert round_commits(storage, storage.path("replica_state"), round_id + 1)  # landed; the row did not
+    newest_row = storage.commit_info(storage.path("rounds"), storage.table_version(storage.path("rounds")))
+    assert parse_tag(newest_row["userMetadata"])[TXN_APP_ID] == str(round_id)
+    assert parse_tag(newest_row["userMetadata"])["with"] == "replica_state,results"  # the active round's row
+
+    again = Cluster.open(spark, roots["crashed"], clock=ManualClock(start_ms=now + 3_000))
+    report = again.run_round()
+    assert (report.round_id, report.now_ms, report.records_appended) == (round_id + 1, now + 500, 1)
+    assert snapshot(again) == snapshot(clean_cluster)
+
+
 def test_the_same_process_recovers_on_its_next_round_and_keeps_another_writers_topic(spark, prepared, tmp_path):
     """After a failed round the same Cluster object undoes it before its next round; a topic another
     process created in between (a commit after the round's, so no RESTORE) survives."""

@@ -80,8 +80,13 @@ class History:
         return False
 
     def committed_by(self, table: str, round_id: int) -> bool:
-        """Whether round `round_id` committed to `table`: its commits are read back from the
-        newest until one by an earlier round or a recovery (one small log file each, on the driver)."""
+        """Whether round `round_id` committed to `table`, and the commit stands: its commits are
+        read back from the newest until one by an earlier round, or a recovery that undid this
+        round or an earlier one (one small log file each, on the driver). A recovery of a later
+        round put the table back to before that round's commits, which keeps this round's: the
+        walk goes on past it (a round interrupted after a commit to a table the last complete
+        round's row names, as a reassignment's replica_state commit, must not make that round
+        incomplete once undone)."""
         path = self.path(table)
         for version in range(self.table_version(path), -1, -1):
             info = self.commit_info(path, version)
@@ -89,6 +94,8 @@ class History:
                 return False
             fields = parse_tag(info.get("userMetadata"))
             if RECOVERY_APP_ID in fields:
+                if int(fields[RECOVERY_APP_ID]) > round_id:
+                    continue
                 return False
             if TXN_APP_ID in fields and int(fields[TXN_APP_ID]) <= round_id:
                 return int(fields[TXN_APP_ID]) == round_id
