@@ -55,21 +55,31 @@ def test_retained_batches_keeps_the_last_five(spark):
     assert sorted(r["base_sequence"] for r in retained_batches(state).collect()) == [3, 4, 5, 6, 7]
 
 
-def test_a_batch_above_a_later_elections_start_offset_is_not_in_the_new_leaders_log(spark):
+def test_a_batch_counts_while_its_leaders_log_holds_its_last_record(spark):
     state_cols = STATE + ", round_id long"
     state = spark.createDataFrame([
-        ("t", 0, 7, 0, 0, 2, 10, 12, 3),   # below the election's start offset 20: the new leader has it
-        ("t", 0, 7, 0, 3, 4, 20, 21, 5),   # at 20-21 before the election: only the old leader had it
-        ("t", 0, 8, 0, 0, 0, 19, 20, 5),   # straddles 20: its end is gone
-        ("t", 0, 9, 0, 0, 0, 20, 20, 6),   # appended by the new leader in the election's round
-        ("t", 1, 7, 0, 0, 0, 5, 5, 4),     # partition 1 went offline: no leader, no log moved
-        ("u", 0, 7, 0, 0, 0, 30, 30, 2),   # another topic's partition 0: its own elections only
+        ("t", 0, 7, 0, 0, 2, 10, 12, 3),   # the leader's record at 12 is its last: held
+        ("t", 0, 7, 0, 3, 4, 20, 21, 5),   # at or above the leader's LEO 20: another leader's, gone
+        ("t", 0, 8, 0, 0, 1, 14, 15, 4),   # the leader holds another producer's record at 15: gone
+        ("t", 0, 9, 1, 0, 0, 16, 16, 4),   # the record at 16 is of epoch 0, the batch's 1: gone
+        ("t", 0, 9, 0, 4, 4, 17, 17, 4),   # the record at 17 has sequence 3: gone
+        ("t", 0, 6, 0, 0, 0, 18, 18, 4),   # no record at 18 (compacted away), below the LEO: held
+        ("t", 0, 5, 0, 0, 0, 2, 2, 1),     # below the leader's log start 5 (deleted records): held
+        ("t", 1, 7, 0, 0, 0, 5, 5, 4),     # partition 1's leader is down: its log is not read, held
+        ("u", 0, 7, 0, 0, 0, 30, 30, 2),   # another topic's partition 0, at its leader's LEO: gone
     ], state_cols)
-    elections = spark.createDataFrame([("t", 0, 6, 20), ("t", 1, 9, None), ("u", 0, 1, 0)],
-                                      "topic string, partition int, round_id long, start_offset long")
-    expected = spark.createDataFrame([("t", 0, 7, 0, 0, 2, 10, 12, 3), ("t", 0, 9, 0, 0, 0, 20, 20, 6),
-                                      ("t", 1, 7, 0, 0, 0, 5, 5, 4), ("u", 0, 7, 0, 0, 0, 30, 30, 2)], state_cols)
-    assert_df_equality(batches_in_leader_log(state, elections), expected, ignore_row_order=True, ignore_nullable=True)
+    leaders = spark.createDataFrame([("t", 0, 2, 5, 20), ("u", 0, 1, 0, 30)],
+                                    "topic string, partition int, broker int, log_start_offset long, "
+                                    "log_end_offset long")
+    logs = spark.createDataFrame([
+        (2, "t", 0, 12, 7, 0, 2), (2, "t", 0, 15, None, None, None), (2, "t", 0, 16, 9, 0, 0),
+        (2, "t", 0, 17, 9, 0, 3), (1, "t", 0, 12, 8, 0, 0),  # broker 1 is no leader of t-0
+        (1, "u", 0, 29, 7, 0, 0)],
+        "broker int, topic string, partition int, offset long, producer_id long, producer_epoch int, sequence int")
+    expected = spark.createDataFrame([("t", 0, 7, 0, 0, 2, 10, 12, 3), ("t", 0, 6, 0, 0, 0, 18, 18, 4),
+                                      ("t", 0, 5, 0, 0, 0, 2, 2, 1), ("t", 1, 7, 0, 0, 0, 5, 5, 4)], state_cols)
+    assert_df_equality(batches_in_leader_log(state, leaders, logs), expected, ignore_row_order=True,
+                       ignore_nullable=True)
 
 
 def batch(pid, first, count, value="v"):
@@ -137,5 +147,46 @@ def test_a_retry_of_a_batch_the_new_leader_never_had_is_appended_not_answered_as
     assert results[lost] == ("error", "NOT_LEADER_OR_FOLLOWER", 2, 3)
     assert results[retry] == ("acked", None, 2, 3)
     for replica in (1, 2):
+        values = [bytes(r["value"]).decode() for r in cluster.read("t", replica=replica).orderBy("offset").collect()]
+        assert values == ["a0", "a1", "v2", "v3"]
+
+
+def test_a_retry_after_a_leader_that_never_took_over_is_a_duplicate_of_the_batch_still_held(spark, tmp_path):
+    """Soak seed 10: a preferred election names a lagging follower that has just crashed (its broker
+    session has not ended, so the controller still counts it); it never leads, so no follower
+    truncates to its LEO. When its session ends, the old leader is elected again with the batch
+    still in its log, and the producer's retry of that batch is a duplicate answered with the
+    original offsets (before, the first election's start offset below the batch made it count as
+    gone, and the retry was appended a second time)."""
+    clock = ManualClock(1_700_000_000_000)
+    cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=3, config={"min.insync.replicas": 2}, clock=clock)
+    cluster.create_topic("t", partitions=1, replication_factor=3)  # replicas [0, 1, 2], leader 0
+    cluster.produce("t", batch(7, 0, 2, "a"), acks="all")
+    cluster.reassign_partitions({("t", 0): [2, 0, 1]})  # broker 2 is the preferred leader; 0 still leads
+    for _ in range(2):
+        clock.advance(500)
+        cluster.run_round()
+    cluster.pause_fetcher(2)
+    first = cluster.produce("t", batch(7, 2, 2), acks=1)
+    for _ in range(2):
+        clock.advance(500)
+        cluster.run_round()  # at offsets 2-3 on brokers 0 and 1; broker 2 (paused, in the ISR) has 2
+    cluster.stop_broker(2)
+    cluster.elect_preferred_leaders("t", 0)
+    clock.advance(500)
+    cluster.run_round()
+    clock.advance(9001)  # broker 2's session ends: fenced, broker 0 leads again
+    cluster.run_round()
+    elections = [(r["leader"], r["start_offset"]) for r in cluster.elections().orderBy("round_id").collect()]
+    assert elections[-2:] == [(2, 2), (0, 4)]
+    retry = cluster.produce("t", batch(7, 2, 2), acks="all")
+    for _ in range(3):
+        clock.advance(500)
+        cluster.run_round()
+    results = {r["request_id"]: (r["status"], r["error_code"], r["base_offset"], r["last_offset"])
+               for r in cluster.produce_results().collect()}
+    assert results[first] == ("acked", None, 2, 3)
+    assert results[retry] == ("acked", None, 2, 3)
+    for replica in (0, 1):
         values = [bytes(r["value"]).decode() for r in cluster.read("t", replica=replica).orderBy("offset").collect()]
         assert values == ["a0", "a1", "v2", "v3"]

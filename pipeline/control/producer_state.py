@@ -9,6 +9,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from pipeline.errors import ErrorCode
+from pipeline.schemas import PARTITION_KEY
 
 __all__ = ["BATCHES_TO_RETAIN", "producer_batches", "check_producer_sequences", "retained_batches",
            "batches_in_leader_log"]
@@ -36,22 +37,34 @@ def producer_batches(rows_df: DataFrame) -> DataFrame:
     )
 
 
-def batches_in_leader_log(state_df: DataFrame, elections_df: DataFrame) -> DataFrame:
-    """The stored batches the partition's leader still holds. A new leader has the log it had as a
-    follower, up to its LEO at the election (the elections' start_offset), and its producer state is
-    built from that log (Kafka's ProducerStateManager.truncateAndReload). So a batch appended before
-    an election (an earlier round) at or above that election's start offset is not in the new
-    leader's log: it is dropped, and a retry of it is a new batch, not a duplicate of records that are
-    gone. An election without a leader (no start_offset) moves no log.
+def batches_in_leader_log(state_df: DataFrame, leaders_df: DataFrame, logs_df: DataFrame) -> DataFrame:
+    """The stored batches the partition's leader still holds. Kafka's leader builds its producer
+    state from its own log (ProducerStateManager.truncateAndReload), so a batch counts while its last
+    offset is below the leader's LEO and the leader's record there is the batch's last record (same
+    producer id, epoch and sequence), or no record (the cleaner removed it: Kafka's keeps a
+    producer's last batch). A batch another leader appended above this leader's LEO, or at offsets
+    where this leader's log holds other records, is gone: a retry of it is a new batch, not a
+    duplicate of records the leader does not have. Batches below the leader's log start (deleted by
+    DeleteRecords or retention) are kept, as Kafka's leader keeps their producers' state; so are
+    those of partitions whose leader's log is not read (no leader, or a leader that is down, where
+    nothing is appended).
 
-    state_df: the producers table (with round_id); elections_df: topic, partition, round_id,
-    start_offset."""
-    cuts = elections_df.filter(F.col("start_offset").isNotNull()).select(
-        F.col("topic").alias("_topic"), F.col("partition").alias("_partition"),
-        F.col("round_id").alias("_election_round"), F.col("start_offset").alias("_start_offset"))
-    gone = ((F.col("topic") == F.col("_topic")) & (F.col("partition") == F.col("_partition"))
-            & (F.col("_election_round") > F.col("round_id")) & (F.col("last_offset") >= F.col("_start_offset")))
-    return state_df.join(cuts, on=gone, how="left_anti")
+    state_df: the producers table's batches; leaders_df: topic, partition, broker (the leader),
+    log_start_offset, log_end_offset, of the leaders whose logs are read; logs_df: those logs'
+    records (broker, topic, partition, offset, producer_id, producer_epoch, sequence)."""
+    leaders = leaders_df.select(*PARTITION_KEY, F.col("broker").alias("_leader"),
+                                F.col("log_start_offset").alias("_lso"), F.col("log_end_offset").alias("_leo"))
+    last_records = logs_df.select(F.col("broker").alias("_leader"), *PARTITION_KEY,
+                                  F.col("offset").alias("last_offset"), F.col("producer_id").alias("_pid"),
+                                  F.coalesce(F.col("producer_epoch"), F.lit(0)).alias("_epoch"),
+                                  F.col("sequence").alias("_sequence"), F.lit(True).alias("_found"))
+    same = (F.col("_pid").eqNullSafe(F.col("producer_id")) & F.col("_epoch").eqNullSafe(F.col("producer_epoch"))
+            & F.col("_sequence").eqNullSafe(F.col("last_sequence")))
+    held = (F.col("_leader").isNull() | (F.col("last_offset") < F.col("_lso"))
+            | ((F.col("last_offset") < F.col("_leo")) & (F.col("_found").isNull() | same)))
+    return (state_df.join(leaders, on=PARTITION_KEY, how="left")
+            .join(last_records, on=["_leader", *PARTITION_KEY, "last_offset"], how="left")
+            .filter(F.coalesce(held, F.lit(False))).select(*state_df.columns))
 
 
 def retained_batches(state_df: DataFrame) -> DataFrame:

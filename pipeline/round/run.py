@@ -99,11 +99,14 @@ def is_bulk(inputs: RoundInputs, inbox_stats: list[dict] | None) -> bool:
     return added is not None and added >= BULK_ROWS
 
 
-def _sequences(storage: Storage, inbox: DataFrame, state: DataFrame, topic_checks: DataFrame) -> DataFrame:
+def _sequences(storage: Storage, inputs: RoundInputs, inbox: DataFrame, state: DataFrame, topic_checks: DataFrame,
+               down: set[int]) -> DataFrame:
     """The sequence checks of the round's idempotent batches (control_job.producer_checks), pinned,
-    against the batches the producers table holds that are still in their leader's log."""
-    stored = batches_in_leader_log(storage.read("producers"),
-                                   storage.read("elections").select(*PARTITION_KEY, "round_id", "start_offset"))
+    against the batches the producers table holds that are still in their leader's log (the
+    serving leaders' logs, read at the batches' last offsets)."""
+    logs = reduce(DataFrame.unionByName, [storage.read_log(b).withColumn("broker", F.lit(b))
+                                          for b in serving_brokers(inputs)])
+    stored = batches_in_leader_log(storage.read("producers"), _serving_leaders(state, down), logs)
     return producer_checks(inbox, state, topic_checks, stored.drop("round_id")).localCheckpoint()
 
 
@@ -128,12 +131,18 @@ def _retention_leaders(storage: Storage, inputs: RoundInputs, state: DataFrame, 
         logs = [storage.read_log(b).select("timestamp") for b in serving_brokers(inputs)]
         if not reduce(DataFrame.unionByName, logs).filter(F.col("timestamp") < cutoff).limit(1).count():
             return None
+    return _serving_leaders(state, down).join(
+        F.broadcast(limited.select("topic", "retention_ms", "retention_bytes")), on="topic")
+
+
+def _serving_leaders(state: DataFrame, down: set[int]) -> DataFrame:
+    """Each partition's leader that is not down (its log may be read), with its log's offsets:
+    broker, topic, partition, log_start_offset, log_end_offset."""
     at = F.array_position(F.col("replicas"), F.col("leader")).cast("int")
     return (state.filter((F.col("leader") != NO_LEADER) & ~F.col("leader").isin(*sorted(down)))
-            .join(F.broadcast(limited.select("topic", "retention_ms", "retention_bytes")), on="topic")
             .select(F.col("leader").alias("broker"), *PARTITION_KEY,
                     F.element_at("log_start_offset", at).alias("log_start_offset"),
-                    F.element_at("log_end_offset", at).alias("log_end_offset"), "retention_ms", "retention_bytes"))
+                    F.element_at("log_end_offset", at).alias("log_end_offset")))
 
 
 def _topic_config(meta: DataFrame) -> DataFrame:
@@ -284,7 +293,8 @@ class _RoundOnTables:
         self.inbox_stats = _new_inbox_stats(storage, inputs)
         idempotent = _has_idempotent_rows(storage, inputs, self.inbox_stats) or (
             deferred is not None and bool(self.inbox.filter(F.col("producer_id").isNotNull()).limit(1).count()))
-        self.sequences = _sequences(storage, self.inbox, self.state, self.topic_checks) if idempotent else None
+        self.sequences = _sequences(storage, inputs, self.inbox, self.state, self.topic_checks, self.down) \
+            if idempotent else None
         retention = _retention_leaders(storage, inputs, self.state, self.topic_checks, self.down) \
             if inputs.retention_due else None
         self.log_starts, self.admin_version = log_start_requests(storage, inputs, retention)
