@@ -87,6 +87,22 @@ def batch(pid, first, count, value="v"):
              "sequence": first + i} for i in range(count)]
 
 
+def run_rounds(cluster, clock, n):
+    for _ in range(n):
+        clock.advance(500)
+        cluster.run_round()
+
+
+def outcomes(cluster):
+    """request id -> (status, error_code, base_offset, last_offset)."""
+    return {r["request_id"]: (r["status"], r["error_code"], r["base_offset"], r["last_offset"])
+            for r in cluster.produce_results().collect()}
+
+
+def values_of(cluster, replica):
+    return [bytes(r["value"]).decode() for r in cluster.read("t", replica=replica).orderBy("offset").collect()]
+
+
 def test_retry_is_appended_once_and_acked_with_its_original_offsets(spark, tmp_path):
     clock = ManualClock(0)
     cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=2, clock=clock)
@@ -104,15 +120,13 @@ def test_retry_is_appended_once_and_acked_with_its_original_offsets(spark, tmp_p
     cluster.run_round()
     clock.advance(500)
     cluster.run_round()
-    results = {r["request_id"]: (r["status"], r["error_code"], r["base_offset"], r["last_offset"])
-               for r in cluster.produce_results().collect()}
+    results = outcomes(cluster)
     assert results[first] == ("acked", None, 1, 3)
     assert results[retry] == ("acked", None, 1, 3)
     assert results[gap] == ("error", "OUT_OF_ORDER_SEQUENCE_NUMBER", None, None)
     assert results[follow] == ("acked", None, 4, 5)
     for replica in (0, 1):
-        values = [bytes(r["value"]).decode() for r in cluster.read("t", replica=replica).orderBy("offset").collect()]
-        assert values == ["other", "v0", "v1", "v2", "v3", "v4"]
+        assert values_of(cluster, replica) == ["other", "v0", "v1", "v2", "v3", "v4"]
 
 
 def test_a_retry_of_a_batch_the_new_leader_never_had_is_appended_not_answered_as_a_duplicate(spark, tmp_path):
@@ -126,9 +140,7 @@ def test_a_retry_of_a_batch_the_new_leader_never_had_is_appended_not_answered_as
     cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=3, config={"min.insync.replicas": 2}, clock=clock)
     cluster.create_topic("t", partitions=1, replication_factor=3)  # leader 0
     cluster.produce("t", batch(7, 0, 2, "a"), acks="all")
-    for _ in range(2):
-        clock.advance(500)
-        cluster.run_round()
+    run_rounds(cluster, clock, 2)
     cluster.pause_fetcher(1), cluster.pause_fetcher(2)
     lost = cluster.produce("t", batch(7, 2, 2), acks="all")
     clock.advance(500)
@@ -139,16 +151,12 @@ def test_a_retry_of_a_batch_the_new_leader_never_had_is_appended_not_answered_as
     cluster.run_round()
     assert cluster.elections().first()["start_offset"] == 2
     retry = cluster.produce("t", batch(7, 2, 2), acks="all")
-    for _ in range(3):
-        clock.advance(500)
-        cluster.run_round()
-    results = {r["request_id"]: (r["status"], r["error_code"], r["base_offset"], r["last_offset"])
-               for r in cluster.produce_results().collect()}
+    run_rounds(cluster, clock, 3)
+    results = outcomes(cluster)
     assert results[lost] == ("error", "NOT_LEADER_OR_FOLLOWER", 2, 3)
     assert results[retry] == ("acked", None, 2, 3)
     for replica in (1, 2):
-        values = [bytes(r["value"]).decode() for r in cluster.read("t", replica=replica).orderBy("offset").collect()]
-        assert values == ["a0", "a1", "v2", "v3"]
+        assert values_of(cluster, replica) == ["a0", "a1", "v2", "v3"]
 
 
 def test_a_retry_after_a_leader_that_never_took_over_is_a_duplicate_of_the_batch_still_held(spark, tmp_path):
@@ -163,30 +171,21 @@ def test_a_retry_after_a_leader_that_never_took_over_is_a_duplicate_of_the_batch
     cluster.create_topic("t", partitions=1, replication_factor=3)  # replicas [0, 1, 2], leader 0
     cluster.produce("t", batch(7, 0, 2, "a"), acks="all")
     cluster.reassign_partitions({("t", 0): [2, 0, 1]})  # broker 2 is the preferred leader; 0 still leads
-    for _ in range(2):
-        clock.advance(500)
-        cluster.run_round()
+    run_rounds(cluster, clock, 2)
     cluster.pause_fetcher(2)
     first = cluster.produce("t", batch(7, 2, 2), acks=1)
-    for _ in range(2):
-        clock.advance(500)
-        cluster.run_round()  # at offsets 2-3 on brokers 0 and 1; broker 2 (paused, in the ISR) has 2
+    run_rounds(cluster, clock, 2)  # at offsets 2-3 on brokers 0 and 1; broker 2 (paused, in the ISR) has 2
     cluster.stop_broker(2)
     cluster.elect_preferred_leaders("t", 0)
-    clock.advance(500)
-    cluster.run_round()
+    run_rounds(cluster, clock, 1)
     clock.advance(9001)  # broker 2's session ends: fenced, broker 0 leads again
     cluster.run_round()
     elections = [(r["leader"], r["start_offset"]) for r in cluster.elections().orderBy("round_id").collect()]
     assert elections[-2:] == [(2, 2), (0, 4)]
     retry = cluster.produce("t", batch(7, 2, 2), acks="all")
-    for _ in range(3):
-        clock.advance(500)
-        cluster.run_round()
-    results = {r["request_id"]: (r["status"], r["error_code"], r["base_offset"], r["last_offset"])
-               for r in cluster.produce_results().collect()}
+    run_rounds(cluster, clock, 3)
+    results = outcomes(cluster)
     assert results[first] == ("acked", None, 2, 3)
     assert results[retry] == ("acked", None, 2, 3)
     for replica in (0, 1):
-        values = [bytes(r["value"]).decode() for r in cluster.read("t", replica=replica).orderBy("offset").collect()]
-        assert values == ["a0", "a1", "v2", "v3"]
+        assert values_of(cluster, replica) == ["a0", "a1", "v2", "v3"]
