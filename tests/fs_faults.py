@@ -1,7 +1,10 @@
 """File-system faults the tests inject: a directory tree that refuses writes."""
 
+import contextlib
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 
@@ -15,3 +18,15 @@ def read_only(directory, on: bool) -> None:
             d.chmod(0o555 if on else 0o755)
         return
     subprocess.run(["chattr", "+i" if on else "-i", *map(str, dirs)], check=True, capture_output=True)
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str):
+    """A temporary directory, removed afterwards even when a fault left part of it read-only (a
+    soak that failed with a broker's location refusing writes)."""
+    root = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield root
+    finally:
+        read_only(root, False)
+        shutil.rmtree(root, ignore_errors=True)

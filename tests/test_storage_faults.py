@@ -6,6 +6,7 @@ A lost cluster table fails with a clear error and writes nothing; a broker's fai
 halts that broker, as Kafka's does (tests/test_broker_dirs.py has the failure domains); after the
 fault heals the cluster goes on with nothing lost or doubled."""
 
+import os
 import shutil
 import threading
 
@@ -16,7 +17,7 @@ from pyspark.sql import functions as F
 from pipeline import Cluster, ManualClock
 from pipeline.errors import ReplogError
 from pipeline.storage import is_concurrent_conflict
-from tests.fs_faults import read_only
+from tests.fs_faults import read_only, scratch_dir
 from tests.helpers import advance_rounds
 
 START = 1_700_000_000_000
@@ -230,3 +231,16 @@ def test_a_read_only_log_directory_halts_its_broker_losing_and_doubling_nothing(
 ])
 def test_a_commit_conflict_with_another_writer_is_told_from_other_errors(error, conflict):
     assert is_concurrent_conflict(error) is conflict
+
+
+def test_a_scratch_directory_left_read_only_by_a_fault_is_still_removed():
+    """A soak that fails while a broker's location refuses writes leaves it read-only (for root,
+    immutable): its scratch directory is made writable again and removed, not left behind."""
+    with scratch_dir("soak-test-") as root:
+        location = os.path.join(root, "cluster-disks", "2", "log")
+        os.makedirs(location)
+        open(os.path.join(location, "part-0.parquet"), "w").close()
+        read_only(os.path.join(root, "cluster-disks", "2"), True)
+        with pytest.raises(OSError):
+            open(os.path.join(location, "part-1.parquet"), "w").close()
+    assert not os.path.exists(root)

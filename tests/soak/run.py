@@ -17,11 +17,11 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 
 from pipeline import get_spark
 from pipeline.runtime import forget_table_logs
+from tests.fs_faults import scratch_dir
 from tests.soak.checker import Violation
 from tests.soak.shrink import shrink
 from tests.soak.lockstep import Lockstep
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.replay:
         with open(args.replay) as f:
             saved = json.load(f)
-        with tempfile.TemporaryDirectory(prefix="soak-replay-") as root:
+        with scratch_dir("soak-replay-") as root:
             try:
                 (Lockstep if saved.get("model") else Soak)(spark, f"{root}/cluster", saved["seed"]).replay(
                     saved["events"])
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"the time box ({args.minutes:g} min) has closed: {left} not run", flush=True)
             break
         started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix=f"soak-{seed}-") as root:
+        with scratch_dir(f"soak-{seed}-") as root:
             try:
                 soak = kind(spark, f"{root}/cluster", seed).run(args.events, deadline)
             except Violation as v:

@@ -9,11 +9,10 @@ that no longer applies in a subset (starting a broker that is not stopped) is sk
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from tests.fs_faults import scratch_dir
 from tests.soak.checker import Violation
 
 
@@ -72,16 +71,14 @@ def shrink(make_soak: Callable[[str], object], events: list, check: str, during_
     last: list = [None, None]  # the last failing candidate and its Violation: ddmin keeps every one it finds
 
     def fails(candidate: list) -> bool:
-        root = tempfile.mkdtemp(prefix="soak-shrink-")
-        try:
-            make_soak(f"{root}/cluster").replay(candidate, heal=during_heal)
-            return False
-        except Violation as v:
-            if v.check == check:
-                last[:] = [candidate, v]
-            return v.check == check
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
+        with scratch_dir("soak-shrink-") as root:
+            try:
+                make_soak(f"{root}/cluster").replay(candidate, heal=during_heal)
+                return False
+            except Violation as v:
+                if v.check == check:
+                    last[:] = [candidate, v]
+                return v.check == check
 
     minimal, replays, proven = ddmin(events, fails, max_tests=max_replays)
     if last[0] != minimal:  # nothing smaller failed: the whole history, replayed once for its message
