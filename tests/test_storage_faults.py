@@ -217,6 +217,56 @@ def test_a_read_only_log_directory_halts_its_broker_losing_and_doubling_nothing(
     assert _values(other, 0) == _values(other, 1) == _values(other, 2) == expected
 
 
+def _log(cluster, broker, topic):
+    """(offset, value) of every record of `topic` in `broker`'s log as stored (strays included)."""
+    return sorted((r["offset"], r["value"].decode()) for r in
+                  cluster.storage.read_log(broker).filter(F.col("topic") == topic).collect())
+
+
+def test_a_reassignment_off_a_broker_whose_location_failed_completes_and_its_strays_go_at_restart(
+        spark, tmp_path):
+    """Soak seed 12: moving a partition off a broker whose location cannot be written (halted, then
+    fenced) completes, and the rounds go on; the controller leaves that broker's log alone while it
+    is down. When it restarts, the round that unfences it removes the records of the replicas moved
+    off it or back onto it meanwhile (Kafka's stray replicas), keeps those of the replica it still
+    hosts, and the re-added replica refetches its partition once, with nothing doubled."""
+    clock = ManualClock(start_ms=START)
+    cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=3, clock=clock)
+    for topic in ("t", "k"):
+        cluster.create_topic(topic, partitions=1, replication_factor=2)
+    cluster.reassign_partitions({("t", 0): [2, 1], ("k", 0): [0, 2]})
+    advance_rounds(cluster, clock, 3)
+    cluster.produce("t", [{"value": "a", "partition": 0}], acks="all")
+    cluster.produce("k", [{"value": "x", "partition": 0}], acks="all")
+    advance_rounds(cluster, clock, 3)
+    location = cluster.storage.broker_root(2)
+    read_only(location, True)
+    try:
+        cluster.produce("t", [{"value": "b", "partition": 0}], acks=1)
+        advance_rounds(cluster, clock, 2)  # broker 2 (t's leader) cannot append: halted
+        clock.advance(10_000)  # broker.session.timeout.ms: fenced, t's leader becomes 1
+        advance_rounds(cluster, clock, 2)
+        assert {r["broker"]: r["state"] for r in cluster.broker_states().collect()}[2] == "fenced"
+        cluster.reassign_partitions({("t", 0): [1, 0]})  # off the failed broker
+        advance_rounds(cluster, clock, 4)
+        parts = {r["topic"]: r for r in cluster.describe().collect()}
+        assert list(parts["t"]["replicas"]) == [1, 0] and parts["t"]["leader"] == 1
+        cluster.produce("t", [{"value": "c", "partition": 0}], acks="all")
+        advance_rounds(cluster, clock, 2)
+        assert _log(cluster, 2, "t") == [(0, "a")]  # left alone while down
+        cluster.reassign_partitions({("t", 0): [1, 0, 2]})  # back onto it, still down
+        advance_rounds(cluster, clock, 2)
+    finally:
+        read_only(location, False)  # the fault heals
+    cluster.start_broker(2)
+    advance_rounds(cluster, clock, 6)
+    # ("b" was never appended: its leader could not write it)
+    assert _log(cluster, 2, "t") == _log(cluster, 1, "t") == _log(cluster, 0, "t") == [(0, "a"), (1, "c")]
+    assert _log(cluster, 2, "k") == _log(cluster, 0, "k") == [(0, "x")]
+    parts = {r["topic"]: r for r in cluster.describe().collect()}
+    assert sorted(parts["t"]["isr"]) == [0, 1, 2]
+
+
 @pytest.mark.parametrize("error, conflict", [
     # delta-spark's Python class for Delta's conflict (what spark.sql raises)
     (ConcurrentAppendException("Files were added"), True),

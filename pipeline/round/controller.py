@@ -374,6 +374,18 @@ def controller_requests_asked(storage: Storage, inputs: RoundInputs) -> bool:
                 .filter(F.col("kind").isin("elect_preferred", "reassign")).limit(1).count())
 
 
+def delete_strays(storage: Storage, inputs: RoundInputs, state: DataFrame, round_id: int) -> None:
+    """A restarted broker, in the round that unfences it and before it fetches, removes the records
+    of its log that no replica of it holds (state: the replica rows after the controller's step):
+    those of replicas a reassignment dropped or added while the broker was down, which the controller
+    could not remove then. Kafka's broker deletes such stray replicas' logs as it starts
+    (KAFKA-14616). One MERGE per restarted broker whose log was kept (a lost log restarts empty)."""
+    decisions = inputs.controller or {}
+    for broker in sorted(set(decisions.get("unfence") or []) - set(decisions.get("lost_log") or [])):
+        kept = state.filter(F.col("broker") == broker).select(*PARTITION_KEY, "log_start_offset", "log_end_offset")
+        storage.delete_stray_records(broker, kept, round_id)
+
+
 def controller_wave(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> ControllerWave:
     """The round's elections and epoch checks on the tables (`inputs` with its versions fixed), with
     their commits: truncated logs, then the partitions the controller changed and its elections."""
@@ -408,9 +420,13 @@ def controller_wave(spark: SparkSession, storage: Storage, inputs: RoundInputs) 
         ends = reduce(DataFrame.unionByName, [t.select("broker", *PARTITION_KEY, "truncate_to")
                                               for t in truncations]).groupBy("broker", *PARTITION_KEY).agg(
             F.min("truncate_to").alias("truncate_to")).localCheckpoint()
+        # a down broker's log is not written: it drops its stray records when it starts (below)
+        down = set((inputs.controller or {}).get("down") or [])
         for r in ends.select("broker").distinct().collect():  # (O(brokers))
-            if storage.path_exists(f"{storage.log_path(r['broker'])}/_delta_log"):  # (a lost log restarts empty)
+            if r["broker"] not in down and storage.path_exists(f"{storage.log_path(r['broker'])}/_delta_log"):
+                # (a lost log restarts empty)
                 storage.truncate_logs(r["broker"], ends.filter(F.col("broker") == r["broker"]).drop("broker"), round_id)
+    delete_strays(storage, inputs, state.all(), round_id)
     if step.changed is not None:  # before the HW they allow, as the ISR's changes are
         storage.upsert(step.changed.withColumn("round_id", F.lit(round_id).cast("long"))
                        .select(*PARTITIONS_SCHEMA.fieldNames()), "partitions", PARTITION_KEY, round_id)

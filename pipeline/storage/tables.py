@@ -357,6 +357,16 @@ class Storage(Layout, History):
         with self._tagged(round_id, self.log_path(broker), "log-start"):
             target.alias("t").merge(starts_df.alias("s"), condition).whenMatchedDelete().execute()
 
+    def delete_stray_records(self, broker: int, kept_df: DataFrame, round_id: int) -> None:
+        """Removes every record of a broker's log outside the offsets its replicas hold (kept_df:
+        topic, partition, log_start_offset, log_end_offset), in one commit: the records of replicas
+        that were moved off the broker, or re-added to it, while it was down (Kafka's stray replicas)."""
+        target = DeltaTable.forPath(self.spark, self.log_path(broker))
+        condition = ("t.topic = s.topic AND t.partition = s.partition AND t.offset >= s.log_start_offset "
+                     "AND t.offset < s.log_end_offset")
+        with self._tagged(round_id, self.log_path(broker), "stray"):
+            target.alias("t").merge(kept_df.alias("s"), condition).whenNotMatchedBySourceDelete().execute()
+
     def delete_replicas(self, keys_df: DataFrame, round_id: int) -> None:
         """Deletes every row (the superseded ones too) of the replicas in keys_df (topic, partition,
         broker) from replica_state, in one commit: replicas a reassignment removed."""
