@@ -189,3 +189,27 @@ def test_the_job_killed_by_sigkill_while_two_processes_produce(spark, tmp_path):
     recovered = [soak.cluster.storage.commit_info(soak.cluster.storage.log_path(b), v) for b in range(3)
                  for v in range(soak.cluster.storage.table_version(soak.cluster.storage.log_path(b)) + 1)]
     assert any((c or {}).get("userMetadata", "").startswith("replog-recovery=") for c in recovered)
+
+
+def test_a_reassignment_off_a_broker_whose_location_failed_seed_12(spark, tmp_path):
+    """Seed 12 of 300 events failed [exception LogDirFailure] at event 227: broker 2's location
+    refused writes, a round halted it and the controller fenced it; then a reassignment moved a
+    partition off it, and the round that completed it emptied the dropped replica's log on the
+    failed disk, in every round after too. The history that shows it, cut by hand to the events
+    that matter, and a move back onto the broker while it is still down: the rounds go on, and the
+    heal (the location writable again, broker 2 restarted) ends with every guarantee checked,
+    broker 2's copy of the partition held once."""
+    soak = Soak(spark, str(tmp_path / "c"), seed=12)
+    soak.replay([
+        ["produce", {"topic": "clean", "acks": "all", "records": [[1, "a"], [1, "b"]]}], "round", "round",
+        ["fail_location", {"broker": 2, "how": "unwritable"}],
+        ["produce", {"topic": "clean", "acks": 1, "records": [[1, "c"]]}], "round", "round",
+        ["wait", {"ms": 10_000}], "round",  # broker.session.timeout.ms: broker 2 is fenced
+        ["reassign", {"topic": "clean", "partition": 1, "target": [1, 0]}], "round", "round", "round",
+        ["produce", {"topic": "clean", "acks": "all", "records": [[1, "d"]]}], "round",
+        ["reassign", {"topic": "clean", "partition": 1, "target": [1, 0, 2]}], "round", "round",
+    ])
+    assert soak.cluster.describe("clean").filter("partition = 1").first()["replicas"] == [1, 0, 2]
+    logs = soak.checker.check()["logs"]
+    held = {b: sorted((offset, value) for offset, _, value in logs[("clean", 1, b)]) for b in (0, 1, 2)}
+    assert held[2] == held[1] == held[0] and [v for _, v in held[1]][:2] == ["a", "b"]

@@ -57,6 +57,12 @@ class Checker:
     def _table(self, name: str):
         return self.spark.read.format("delta").load(os.path.join(self.root, "cluster", name))
 
+    def not_running(self) -> set[int]:
+        """The brokers that are stopped, fenced or starting (a null state is a running broker's, from
+        before states)."""
+        return {r["broker"] for r in self._table("brokers").select("broker", "state").collect()
+                if r["state"] not in (None, "running")}
+
     def log_paths(self) -> dict[int, str]:
         """Each broker's log: `log` under its location, which the brokers table's `path` names (a
         path relative to the root: the default location, <root>/brokers/<id>)."""
@@ -97,7 +103,7 @@ class Checker:
                            key=lambda e: (e["round_id"], e["topic"], e["partition"]))
         newest = self._table("rounds").selectExpr("max(round_id)").first()[0]
         return {"partitions": partitions, "state": state, "logs": logs, "results": results, "elections": elections,
-                "present": present, "round": newest}
+                "present": present, "round": newest, "not_running": self.not_running()}
 
     def isr_before_round(self, round_id: int) -> dict[tuple[str, int], list[int]]:
         """Every partition's ISR as it stood before round `round_id` wrote anything: the partitions
@@ -125,9 +131,14 @@ class Checker:
             if p["leader"] >= 0 and p["leader"] not in p["isr"]:
                 raise Violation("isr", f"{topic}-{partition}: leader {p['leader']} not in ISR {p['isr']}")
 
+        # A broker that does not run is not held to its replica rows: a replica moved off it, or
+        # back onto it, while it was down keeps its old records until the broker starts and deletes
+        # them (Kafka's stray replicas, deleted as a broker starts), and nothing writes its log
+        # meanwhile. It is held to them again from the round that brings it back.
+        reconciled = lambda key: key in state and key[2] not in snap.get("not_running", ())  # noqa: E731
         for key, rows in logs.items():
             offsets = [o for o, _, _ in rows]
-            if any(o >= state[key]["log_end_offset"] for o in offsets if key in state):
+            if reconciled(key) and any(o >= state[key]["log_end_offset"] for o in offsets):
                 raise Violation("gap", f"{key}: holds offsets at or above its LEO {state[key]['log_end_offset']}")
             if len(offsets) != len(set(offsets)):
                 dup = sorted(o for o in set(offsets) if offsets.count(o) > 1)
@@ -136,7 +147,7 @@ class Checker:
             if len(values) != len(set(values)):
                 raise Violation("duplicates", f"{key}: a value appears twice")
         for key, s in state.items():
-            if key[2] not in snap["present"]:
+            if key[2] not in snap["present"] or not reconciled(key):
                 continue
             held = [o for o, _, _ in logs.get(key, []) if o >= s["log_start_offset"]]
             expected = list(range(s["log_start_offset"], s["log_end_offset"]))
