@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Callable, Iterable, Iterator
 
 from delta.tables import DeltaTable
@@ -341,46 +341,54 @@ class Storage(Layout, History):
         metrics = (merge.whenNotMatchedInsertAll() if insert else merge).execute()
         return int(metrics.first()["num_affected_rows"])
 
+    def _merge_delete(self, path: str, df: DataFrame, condition: str, round_id: int | None = None,
+                      step: str = "", user_metadata: str | None = None, unmatched: bool = False) -> None:
+        """One MERGE that deletes rows of the table at `path` (t) against `df` (s) in one commit:
+        the rows `condition` matches, or with `unmatched` the rows it matches in no row of `df`.
+        Tagged with the round (and `step`) or with `user_metadata`; a write the file system refuses
+        raises KAFKA_STORAGE_ERROR (unwritable_error), as the round's appends do."""
+        if user_metadata is not None:
+            tagged = self._metadata(user_metadata)
+            refused = unwritable_error(path, self.broker_of_log(path))
+        else:
+            tagged, refused = self._tagged(round_id, path, step), nullcontext()
+        with tagged, refused:
+            merge = DeltaTable.forPath(self.spark, path).alias("t").merge(df.alias("s"), condition)
+            (merge.whenNotMatchedBySourceDelete() if unmatched else merge.whenMatchedDelete()).execute()
+
     def truncate_logs(self, broker: int, ends_df: DataFrame, round_id: int) -> None:
         """Removes a broker's records at and above each partition's truncation offset (ends_df:
         topic, partition, truncate_to), in one commit: a follower's diverging suffix."""
-        target = DeltaTable.forPath(self.spark, self.log_path(broker))
-        condition = "t.topic = s.topic AND t.partition = s.partition AND t.offset >= s.truncate_to"
-        with self._tagged(round_id, self.log_path(broker), "truncate"):
-            target.alias("t").merge(ends_df.alias("s"), condition).whenMatchedDelete().execute()
+        self._merge_delete(self.log_path(broker), ends_df,
+                           "t.topic = s.topic AND t.partition = s.partition AND t.offset >= s.truncate_to",
+                           round_id, "truncate")
 
     def delete_log_prefixes(self, broker: int, starts_df: DataFrame, round_id: int) -> None:
         """Physically removes a broker's records below each partition's new log start offset
         (starts_df: topic, partition, log_start_offset), in one commit."""
-        target = DeltaTable.forPath(self.spark, self.log_path(broker))
-        condition = "t.topic = s.topic AND t.partition = s.partition AND t.offset < s.log_start_offset"
-        with self._tagged(round_id, self.log_path(broker), "log-start"):
-            target.alias("t").merge(starts_df.alias("s"), condition).whenMatchedDelete().execute()
+        self._merge_delete(self.log_path(broker), starts_df,
+                           "t.topic = s.topic AND t.partition = s.partition AND t.offset < s.log_start_offset",
+                           round_id, "log-start")
 
     def delete_stray_records(self, broker: int, kept_df: DataFrame, round_id: int) -> None:
         """Removes every record of a broker's log outside the offsets its replicas hold (kept_df:
         topic, partition, log_start_offset, log_end_offset), in one commit: the records of replicas
         that were moved off the broker, or re-added to it, while it was down (Kafka's stray replicas)."""
-        target = DeltaTable.forPath(self.spark, self.log_path(broker))
-        condition = ("t.topic = s.topic AND t.partition = s.partition AND t.offset >= s.log_start_offset "
-                     "AND t.offset < s.log_end_offset")
-        with self._tagged(round_id, self.log_path(broker), "stray"):
-            target.alias("t").merge(kept_df.alias("s"), condition).whenNotMatchedBySourceDelete().execute()
+        self._merge_delete(self.log_path(broker), kept_df,
+                           "t.topic = s.topic AND t.partition = s.partition AND t.offset >= s.log_start_offset "
+                           "AND t.offset < s.log_end_offset", round_id, "stray", unmatched=True)
 
     def delete_replicas(self, keys_df: DataFrame, round_id: int) -> None:
         """Deletes every row (the superseded ones too) of the replicas in keys_df (topic, partition,
         broker) from replica_state, in one commit: replicas a reassignment removed."""
-        target = DeltaTable.forPath(self.spark, self.path("replica_state"))
-        condition = " AND ".join(f"t.{k} = s.{k}" for k in schemas.REPLICA_KEY)
-        with self._tagged(round_id, self.path("replica_state"), "reassign"):
-            target.alias("t").merge(keys_df.alias("s"), condition).whenMatchedDelete().execute()
+        self._merge_delete(self.path("replica_state"), keys_df,
+                           " AND ".join(f"t.{k} = s.{k}" for k in schemas.REPLICA_KEY), round_id, "reassign")
 
     def delete_log_records(self, broker: int, removed_df: DataFrame, user_metadata: str) -> None:
         """Removes single records of a broker's log (removed_df: topic, partition, offset), in one
         commit tagged `user_metadata`: the log cleaner's compaction."""
-        target = DeltaTable.forPath(self.spark, self.log_path(broker))
-        condition = "t.topic = s.topic AND t.partition = s.partition AND t.offset = s.offset"
-        with self._metadata(user_metadata):
-            target.alias("t").merge(removed_df.alias("s"), condition).whenMatchedDelete().execute()
+        self._merge_delete(self.log_path(broker), removed_df,
+                           "t.topic = s.topic AND t.partition = s.partition AND t.offset = s.offset",
+                           user_metadata=user_metadata)
 
 
