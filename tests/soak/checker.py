@@ -47,6 +47,8 @@ class Expected:
 
 
 class Checker:
+    reads_at_once = 8  # the snapshot's reads in flight at once (1: one after another; jobs/profile_soak.py)
+
     def __init__(self, spark, root: str, expected: Expected):
         self.spark, self.root, self.expected = spark, root, expected
         self.last_hw: dict[tuple[str, int], int] = {}
@@ -90,8 +92,8 @@ class Checker:
     def snapshot(self) -> dict:
         """Every table the checks read. The reads are independent, so they run at once from threads
         (Spark runs their jobs side by side): each is mostly the driver's latency, and one after
-        another they took about twice as long."""
-        with ThreadPoolExecutor(max_workers=8) as pool:
+        another they take about twice as long (jobs/profile_soak.py)."""
+        with ThreadPoolExecutor(max_workers=self.reads_at_once) as pool:
             partitions = pool.submit(lambda: {(r["topic"], r["partition"]): r.asDict()
                                               for r in self._table("partitions").collect()})
             state = pool.submit(self._newest, "replica_state", ("topic", "partition", "broker"),

@@ -1,0 +1,110 @@
+"""Where a soak seed's time goes, and what the checker's snapshot costs read by read or at once.
+
+    .venv/bin/python jobs/profile_soak.py [--seed 901] [--events 60] [--repeats 9]
+
+Part 1 runs one seed of the fault-injection soak (tests/soak/, as `make soak` does) and splits its
+wall time into the cluster's rounds (`Cluster.run_round`), the checker's snapshots after them
+(`Checker.snapshot`) and the rest (produce requests, admin calls, the soak's own reads, the heal).
+
+Part 2, on the cluster the seed left, takes the checker's snapshot alternately with its reads one
+after another (`Checker.reads_at_once = 1`) and from threads (the default), checks that both read
+the same, and prints the medians and their ratio.
+
+Writes benchmarks/profile_soak.json next to printing it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests.soak
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from pipeline import Cluster, get_spark  # noqa: E402
+from tests.soak.checker import Checker  # noqa: E402
+from tests.soak.soak import Soak  # noqa: E402
+from bench_round import save  # noqa: E402  (jobs/ is scripts, not a package)
+
+
+class Stopwatch:
+    """Wall seconds and calls spent in methods it wraps (on the class, so every instance)."""
+
+    def __init__(self):
+        self.seconds, self.calls = defaultdict(float), defaultdict(int)
+
+    def wrap(self, cls, name: str, label: str) -> None:
+        method = getattr(cls, name)
+
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.seconds[label] += time.perf_counter() - started
+                self.calls[label] += 1
+        setattr(cls, name, timed)
+
+
+def snapshot_seconds(checker: Checker, repeats: int) -> dict:
+    """The snapshot read by read and at once, alternating; medians and their ratio."""
+    default, times = checker.reads_at_once, {1: [], checker.reads_at_once: []}
+    try:
+        for _ in range(repeats):
+            snaps = []
+            for at_once in times:
+                checker.reads_at_once = at_once
+                started = time.perf_counter()
+                snaps.append(checker.snapshot())
+                times[at_once].append(time.perf_counter() - started)
+            if snaps[0] != snaps[1]:
+                raise AssertionError("the snapshot read at once differs from the one read by read")
+    finally:
+        checker.reads_at_once = default
+    one_by_one, at_once = statistics.median(times[1]), statistics.median(times[default])
+    return {"one_after_another_median_s": round(one_by_one, 3), "at_once_median_s": round(at_once, 3),
+            "reads_at_once": default, "ratio": round(at_once / one_by_one, 2), "repeats": repeats}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=901)
+    parser.add_argument("--events", type=int, default=60)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--out", default="benchmarks/profile_soak.json")
+    args = parser.parse_args()
+    spark = get_spark(extra={"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
+                             "spark.ui.enabled": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    watch = Stopwatch()
+    watch.wrap(Cluster, "run_round", "rounds")
+    watch.wrap(Checker, "snapshot", "snapshots")
+    with tempfile.TemporaryDirectory(prefix="profile-soak-") as root:
+        started = time.perf_counter()
+        soak = Soak(spark, f"{root}/cluster", args.seed).run(args.events)
+        total = time.perf_counter() - started
+        split = {label: {"seconds": round(watch.seconds[label], 1), "calls": watch.calls[label],
+                         "share": round(watch.seconds[label] / total, 3)} for label in ("rounds", "snapshots")}
+        rest = total - sum(watch.seconds.values())
+        split["rest"] = {"seconds": round(rest, 1), "share": round(rest / total, 3)}
+        print(f"seed {args.seed}, {args.events} events: {soak.rounds} rounds, {total:.0f} s")
+        for label, part in split.items():
+            print(f"  {label:10s} {part['seconds']:7.1f} s  {100 * part['share']:5.1f}%"
+                  + (f"  ({part['calls']} calls)" if "calls" in part else ""))
+        snapshot = snapshot_seconds(soak.checker, args.repeats)
+        print(f"snapshot: one read after another {snapshot['one_after_another_median_s']:.2f} s, "
+              f"{snapshot['reads_at_once']} at once {snapshot['at_once_median_s']:.2f} s "
+              f"(ratio {snapshot['ratio']}, medians of {args.repeats})")
+    save({"seed": args.seed, "events": args.events, "rounds": soak.rounds, "seconds": round(total, 1),
+          "split": split, "snapshot": snapshot, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+          "date": time.strftime("%Y-%m-%d")}, args.out)
+
+
+if __name__ == "__main__":
+    main()
