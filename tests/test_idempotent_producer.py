@@ -50,6 +50,27 @@ def test_sequence_rules(spark):
                        ignore_row_order=True, ignore_nullable=True)
 
 
+def test_retries_in_one_round_of_a_retained_or_refused_batch_are_answered_alike(spark):
+    """Soak seed 18: two retries of a retained batch in one round are both duplicates of it, with its
+    offsets (not the second a duplicate of the first, which appended nothing); two copies of a
+    refused batch in one round are both refused."""
+    state = spark.createDataFrame([("t", 0, 7, 0, 0, 2, 10, 12), ("t", 0, 9, 3, 0, 0, 30, 30)], STATE)
+    batches = producer_batches(rows(spark, [
+        ("retry-a", 1, 7, 0, [0, 1, 2]),       # a retained batch, sent again
+        ("retry-b", 2, 7, 0, [0, 1, 2]),       # and again, in the same round
+        ("fenced-a", 1, 9, 2, [1]),            # an older epoch than the stored 3
+        ("fenced-b", 2, 9, 2, [1]),            # the same batch again: refused the same way
+    ]))
+    result = check_producer_sequences(batches, retained_batches(state))
+    expected = [
+        ("retry-a", "duplicate", None, 10, 12, None), ("retry-b", "duplicate", None, 10, 12, None),
+        ("fenced-a", "error", "INVALID_PRODUCER_EPOCH", None, None, None),
+        ("fenced-b", "error", "INVALID_PRODUCER_EPOCH", None, None, None),
+    ]
+    assert_df_equality(result.select(*[c.split()[0] for c in OUT.split(", ")]), spark.createDataFrame(expected, OUT),
+                       ignore_row_order=True, ignore_nullable=True)
+
+
 def test_retained_batches_keeps_the_last_five(spark):
     state = spark.createDataFrame([("t", 0, 1, 0, s, s, s, s) for s in range(8)], STATE)
     assert sorted(r["base_sequence"] for r in retained_batches(state).collect()) == [3, 4, 5, 6, 7]
@@ -189,3 +210,22 @@ def test_a_retry_after_a_leader_that_never_took_over_is_a_duplicate_of_the_batch
     assert results[retry] == ("acked", None, 2, 3)
     for replica in (0, 1):
         assert values_of(cluster, replica) == ["a0", "a1", "v2", "v3"]
+
+
+def test_two_retries_in_one_round_of_an_appended_batch_are_acked_with_its_offsets(spark, tmp_path):
+    """Soak seed 18: the ack of an appended batch is lost and the producer's two retries of it reach
+    the leader before one round; both are answered with the batch's offsets (before, the second was
+    acked with base offset -1)."""
+    clock = ManualClock(0)
+    cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=2, clock=clock)
+    cluster.create_topic("t", partitions=1, replication_factor=2)
+    cluster.produce("t", [{"value": "other", "partition": 0}], acks=1)
+    first = cluster.produce("t", batch(7, 0, 2), acks="all")
+    run_rounds(cluster, clock, 1)
+    retries = [cluster.produce("t", batch(7, 0, 2), acks="all") for _ in range(2)]
+    run_rounds(cluster, clock, 2)
+    results = outcomes(cluster)
+    assert results[first] == ("acked", None, 1, 2)
+    assert [results[r] for r in retries] == [("acked", None, 1, 2)] * 2
+    for replica in (0, 1):
+        assert values_of(cluster, replica) == ["other", "v0", "v1"]

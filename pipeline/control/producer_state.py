@@ -76,7 +76,8 @@ def retained_batches(state_df: DataFrame) -> DataFrame:
 def check_producer_sequences(batches_df: DataFrame, state_df: DataFrame) -> DataFrame:
     """Each batch with `outcome`: append | duplicate | error, `error_code`, and for duplicates of a
     retained batch its `original_base_offset` / `original_last_offset` (null for a duplicate of a
-    batch appended in this same round: `duplicate_of` names that request).
+    batch appended in this same round: `duplicate_of` names that request; a copy of a batch refused
+    in this round is refused with the same error).
 
     state_df: retained batches (topic, partition, producer_id, producer_epoch, base_sequence,
     last_sequence, base_offset, last_offset).
@@ -89,11 +90,15 @@ def check_producer_sequences(batches_df: DataFrame, state_df: DataFrame) -> Data
               .filter(F.col("_n") == 1)
               .select(*PRODUCER_KEY, F.col("producer_epoch").alias("_stored_epoch"),
                       F.col("last_sequence").alias("_stored_last")))
-    in_round = Window.partitionBy(*same_batch).orderBy("_commit_version", "request_id")
+    # copies of one batch in the round that no retained batch answers: the first is checked, the
+    # others repeat it (its offsets if appended, its error if refused)
+    fresh = F.col("original_base_offset").isNull() & ~F.col("is_malformed")
+    in_round = Window.partitionBy(*same_batch, "_fresh").orderBy("_commit_version", "request_id")
     order = Window.partitionBy(*PRODUCER_KEY).orderBy("_commit_version", "request_id")
     firsts = (
         batches_df.join(stored, on=same_batch, how="left").join(latest, on=PRODUCER_KEY, how="left")
-        .withColumn("duplicate_of", F.when(F.row_number().over(in_round) > 1,
+        .withColumn("_fresh", fresh)
+        .withColumn("duplicate_of", F.when(F.col("_fresh") & (F.row_number().over(in_round) > 1),
                                            F.first("request_id").over(in_round)))
     )
     new = firsts.filter(F.col("original_base_offset").isNull() & F.col("duplicate_of").isNull()
@@ -118,7 +123,9 @@ def check_producer_sequences(batches_df: DataFrame, state_df: DataFrame) -> Data
     return (
         firsts.join(checked, on=BATCH_KEY, how="left")
         .withColumn("error_code", F.when(F.col("is_malformed"), F.lit(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER))
+                    .when(F.col("duplicate_of").isNotNull(), F.first("error_code").over(in_round))
                     .otherwise(F.col("error_code")))
+        .withColumn("duplicate_of", F.when(F.col("error_code").isNull(), F.col("duplicate_of")))
         .withColumn("outcome", F.when(F.col("error_code").isNotNull(), F.lit("error"))
                     .when(F.col("original_base_offset").isNotNull() | F.col("duplicate_of").isNotNull(),
                           F.lit("duplicate"))
