@@ -213,3 +213,25 @@ def test_a_reassignment_off_a_broker_whose_location_failed_seed_12(spark, tmp_pa
     logs = soak.checker.check()["logs"]
     held = {b: sorted((offset, value) for offset, _, value in logs[("clean", 1, b)]) for b in (0, 1, 2)}
     assert held[2] == held[1] == held[0] and [v for _, v in held[1]][:2] == ["a", "b"]
+
+
+def test_two_retries_of_an_appended_idempotent_batch_in_a_crashed_round_seed_18(spark, tmp_path):
+    """Seed 18 of 300 events failed [acked] at event 226: clean-2's idempotent batch was appended,
+    then two retries of it reached the inbox before one round, which was killed after its sixth
+    commit and replayed; the second retry was acked with base offset -1, so the checker looked for
+    its records at offset 0. The history that shows it, cut by hand (this round makes three
+    commits, so it is killed after its second): both retries are acked with the batch's offsets,
+    and every guarantee holds."""
+    soak = Soak(spark, str(tmp_path / "c"), seed=18)
+    batch = {"partition": 2, "values": ["b", "c"], "base": 0, "epoch": 0}
+    soak.replay([
+        ["produce", {"topic": "clean", "acks": 1, "records": [[2, "a"]]}],
+        ["idempotent", {**batch, "kind": "batch"}], "round", "round",
+        ["idempotent", {**batch, "kind": "retry"}], ["idempotent", {**batch, "kind": "retry"}],
+        ["crash_round", {"after_commit": 2}], "round", "round",
+    ])
+    snap = soak.checker.check()
+    retries = [rid for rid, (topic, acks, records) in soak.expected.requests.items() if records[0][1] == "b"]
+    assert len(retries) == 3
+    assert [(snap["results"][(rid, "clean", 2)]["status"], snap["results"][(rid, "clean", 2)]["base_offset"])
+            for rid in retries] == [("acked", 1)] * 3
