@@ -101,8 +101,7 @@ def check_producer_sequences(batches_df: DataFrame, state_df: DataFrame) -> Data
         .withColumn("duplicate_of", F.when(F.col("_fresh") & (F.row_number().over(in_round) > 1),
                                            F.first("request_id").over(in_round)))
     )
-    new = firsts.filter(F.col("original_base_offset").isNull() & F.col("duplicate_of").isNull()
-                        & ~F.col("is_malformed"))
+    new = firsts.filter(F.col("_fresh") & F.col("duplicate_of").isNull())
     prev_epoch = F.coalesce(F.lag("producer_epoch").over(order), F.col("_stored_epoch"))
     prev_last = F.coalesce(F.lag("last_sequence").over(order), F.col("_stored_last"))
     checked = (
