@@ -150,6 +150,30 @@ def test_retry_is_appended_once_and_acked_with_its_original_offsets(spark, tmp_p
         assert values_of(cluster, replica) == ["other", "v0", "v1", "v2", "v3", "v4"]
 
 
+def test_a_copy_with_acks_1_of_a_batch_refused_not_enough_replicas_in_the_same_round_is_appended(spark, tmp_path):
+    """A custom client sends one idempotent batch twice before a round, first with acks=all, then
+    with acks=1, while the ISR is below min.insync.replicas. The leader refuses the first with
+    NOT_ENOUGH_REPLICAS before it looks at the producer state, so the second is no duplicate: it
+    is appended and acked with its own offsets (not the offsets of a copy that appended nothing).
+    The HW stays put below min ISR, so a read_committed reader sees nothing yet."""
+    clock = ManualClock(1_700_000_000_000)
+    cluster = Cluster.create(spark, str(tmp_path / "c"), brokers=2, config={"min.insync.replicas": 2}, clock=clock)
+    cluster.create_topic("t", partitions=1, replication_factor=2)  # leader 0
+    run_rounds(cluster, clock, 1)
+    cluster.stop_broker(1)
+    clock.advance(9001)  # broker 1's session ends: fenced, the ISR is [0]
+    cluster.run_round()
+    refused = cluster.produce("t", batch(7, 0, 2), acks="all")
+    copy = cluster.produce("t", batch(7, 0, 2), acks=1)
+    run_rounds(cluster, clock, 1)
+    results = outcomes(cluster)
+    assert results[refused] == ("error", "NOT_ENOUGH_REPLICAS", None, None)
+    assert results[copy] == ("acked", None, 0, 1)
+    log = cluster.read("t", replica=0, isolation="read_uncommitted").orderBy("offset").collect()
+    assert [bytes(r["value"]).decode() for r in log] == ["v0", "v1"]
+    assert values_of(cluster, 0) == []
+
+
 def test_a_retry_of_a_batch_the_new_leader_never_had_is_appended_not_answered_as_a_duplicate(spark, tmp_path):
     """Soak seed 110: the leader appends an acks=all idempotent batch, crashes before its followers
     fetch it and is fenced; the producer gets NOT_LEADER_OR_FOLLOWER and retries the batch with its
