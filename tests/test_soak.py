@@ -1,9 +1,12 @@
 """A short fixed-seed run of the fault-injection soak (tests/soak/: `make soak` runs long ones),
 and proof that its checker catches what it checks for."""
 
+import subprocess
+
 import pytest
 from pyspark.sql import functions as F
 
+from tests.soak import job as job_process
 from tests.soak.checker import Violation
 from tests.soak.soak import Soak
 
@@ -189,6 +192,33 @@ def test_the_job_killed_by_sigkill_while_two_processes_produce(spark, tmp_path):
     recovered = [soak.cluster.storage.commit_info(soak.cluster.storage.log_path(b), v) for b in range(3)
                  for v in range(soak.cluster.storage.table_version(soak.cluster.storage.log_path(b)) + 1)]
     assert any((c or {}).get("userMetadata", "").startswith("replog-recovery=") for c in recovered)
+
+
+def test_the_wait_for_the_job_lasts_while_its_log_grows_and_ends_once_it_stands_still(tmp_path):
+    """Seed 169 of 300 events stopped [job] on a loaded machine: the job's first round halted a
+    broker whose location had failed and took longer than a fixed 300 s wait. The wait now follows
+    the job's work (its log growing), and still ends for a job whose log stands still. Real
+    processes stand in for the job: a shell loop that writes its log, and a sleep that writes none."""
+    log, done = tmp_path / "job.log", tmp_path / "done"
+
+    def job(script: str) -> job_process.Job:
+        standin = object.__new__(job_process.Job)
+        standin.root, standin.log = str(tmp_path), str(log)
+        standin.process = subprocess.Popen(["bash", "-c", script], start_new_session=True)
+        return standin
+
+    log.write_text("")
+    working = job(f"for i in $(seq 40); do echo line $i >> {log}; sleep 0.2; done; touch {done}; sleep 60")
+    try:  # it works for 8 s, four times the idle allowance, and is waited for
+        assert job_process.wait_until(done.exists, 120, working, "done", idle=2)
+    finally:
+        working.kill()
+    idle = job("sleep 60")
+    try:
+        assert job_process.wait_until(done.with_name("never").exists, 120, idle, "never", idle=2) is None
+        assert idle.alive()  # it ended for the log standing still, not for the process
+    finally:
+        idle.kill()
 
 
 def test_a_reassignment_off_a_broker_whose_location_failed_seed_12(spark, tmp_path):

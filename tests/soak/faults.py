@@ -18,6 +18,10 @@ from tests.soak import job as job_process
 from tests.soak.checker import Violation
 
 ACKS = {0: 0, 1: 1, "all": -1}  # the soak's acks as a produce request carries them
+# the wait for a spark-submit job's first round: while the job's log grows (a JVM start and a first
+# round that halts a broker take minutes on a loaded machine), up to FIRST_ROUND_S; a log that
+# stands still for JOB_IDLE_S is a job that has stopped working
+FIRST_ROUND_S, JOB_IDLE_S = 1800, 300
 
 
 class Crash(Exception):
@@ -107,9 +111,9 @@ class StorageAndProcessFaults:
         process's cluster object, as a restarted job fences a dead one); two `replog produce`
         processes write the inbox during its rounds; once both requests are in the inbox and the job
         has run `after_rounds` rounds, SIGKILL while a round is committing (the round that appends
-        them, as a rule; if none is caught within 300 s, between rounds). This
-        process then opens the cluster anew, as a restarted job would, and its round undoes and
-        replays the killed one. The job's rounds run on the wall clock (a jump forward from the
+        them, as a rule; if none is caught within 300 s, between rounds); a job that runs no round
+        at all (FIRST_ROUND_S, JOB_IDLE_S) is a violation. This process then opens the cluster
+        anew, as a restarted job would, and its round undoes and replays the killed one. The job's rounds run on the wall clock (a jump forward from the
         soak's clock, as a long wait); the soak's clock then moves to the job's last round."""
         producers = [p for p in producers if p["partition"] < self.topics.get(p["topic"], 0)]
         start, began = job_process.rounds_done(self.root), time.monotonic()
@@ -117,9 +121,10 @@ class StorageAndProcessFaults:
         killed = None
         try:
             try:
-                if not job_process.wait_until(lambda: job_process.rounds_done(self.root) > start, 300, job,
-                                              "its first round"):
-                    raise Violation("job", f"the replication job ran no round in 300 s:\n{job.tail()}")
+                if not job_process.wait_until(lambda: job_process.rounds_done(self.root) > start, FIRST_ROUND_S, job,
+                                              "its first round", idle=JOB_IDLE_S):
+                    raise Violation("job", f"the replication job ran no round in {time.monotonic() - began:.0f} s "
+                                           f"(the soak waits while its log grows, at most {FIRST_ROUND_S} s):\n{job.tail()}")
                 inbox = os.path.join(self.root, "cluster", "inbox")
                 landed = job_process.table_version(inbox) + len(producers)
                 running = [job_process.start_producer(self.root, p["topic"], p["partition"], p["acks"], p["values"])

@@ -122,15 +122,25 @@ def request_id(process: subprocess.Popen, timeout: float) -> str:
     return out.rsplit(" request ", 1)[1].strip().rstrip(".")
 
 
-def wait_until(condition, timeout: float, job: Job, what: str):
-    """Polls `condition` every 10 ms until it returns a truthy value; the job must stay alive."""
-    deadline = time.monotonic() + timeout
+def wait_until(condition, timeout: float, job: Job, what: str, idle: float | None = None):
+    """Polls `condition` every 10 ms until it returns a truthy value (returned); None after
+    `timeout` s or, with `idle`, once the job's log has not grown for `idle` s (a job that has
+    stopped working, told apart from one slowed by a loaded machine). The job must stay alive."""
+    now = time.monotonic()
+    deadline, size, grew = now + timeout, -1, now
     while True:
         value = condition()
         if value:
             return value
         if not job.alive():
             raise RuntimeError(f"the replication job exited ({job.process.returncode}) before {what}:\n{job.tail()}")
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if idle is not None:
+            current = os.path.getsize(job.log)
+            if current != size:
+                size, grew = current, now
+            if now - grew > idle:
+                return None
+        if now > deadline:
             return None
         time.sleep(0.01)
