@@ -113,8 +113,9 @@ class StorageAndProcessFaults:
         has run `after_rounds` rounds, SIGKILL while a round is committing (the round that appends
         them, as a rule; if none is caught within 300 s, between rounds); a job that runs no round
         at all (FIRST_ROUND_S, JOB_IDLE_S) is a violation. This process then opens the cluster
-        anew, as a restarted job would, and its round undoes and replays the killed one. The job's rounds run on the wall clock (a jump forward from the
-        soak's clock, as a long wait); the soak's clock then moves to the job's last round."""
+        anew, as a restarted job would, and its round undoes and replays the killed one. The job's
+        rounds run on the wall clock (a jump forward from the soak's clock, as a long wait); the
+        soak's clock then moves to the job's last round."""
         producers = [p for p in producers if p["partition"] < self.topics.get(p["topic"], 0)]
         start, began = job_process.rounds_done(self.root), time.monotonic()
         job = job_process.Job(self.root, log=os.path.join(os.path.dirname(self.root), f"job-{len(self.events)}.log"))
