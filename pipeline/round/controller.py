@@ -33,7 +33,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from pipeline.control import controller as ctl
-from pipeline.round.carry import Keyed, pinned
+from pipeline.round.carry import pinned, pinned_without_history
 from pipeline.control.controller import NO_LEADER
 from pipeline.round.inputs import RoundInputs
 from pipeline.round.reads import fetch_pairs, partition_meta, read_replicas, serving, serving_brokers
@@ -99,14 +99,15 @@ def _added_replica_rows(added: DataFrame, state: DataFrame, now: int) -> DataFra
         F.lit(-1).cast("long").alias("session_leader_log_start_offset"),
         F.col("leader_epoch").alias("validated_leader_epoch"))
 
-def controller_step(storage: Storage, inputs: RoundInputs, meta_rows: Keyed, state_rows: Keyed
-                    ) -> tuple[Keyed, Keyed, ControllerStep]:
+def controller_step(storage: Storage, inputs: RoundInputs, meta: DataFrame, state: DataFrame
+                    ) -> tuple[DataFrame, DataFrame, ControllerStep]:
     """Fences the brokers whose session ended and unfences the restarted ones, as Kafka's controller
     does in two steps (handleBrokerFenced, then handleBrokerUnfenced): the first election runs
     without the fenced and restarting brokers, the second with the restarting ones back. Then
     preferred leader elections, new reassignments and reassignments that can complete (KIP-455).
 
-    Returns (meta, state, what changed). A new leader starts at the partition's HW
+    meta: every partition with its topic's settings; state: every replica's row (both pinned).
+    Returns (meta, state, what changed), pinned. A new leader starts at the partition's HW
     (controller.new_leader_high_watermark), a new leader epoch starts at its leader's LEO (kept in
     the partition's leader_epoch_start_offset), and a new leader resets its followers."""
     decisions = inputs.controller or {}
@@ -114,12 +115,11 @@ def controller_step(storage: Storage, inputs: RoundInputs, meta_rows: Keyed, sta
     reassign = _reassignment_requests(storage, inputs)
     if not (decisions.get("fence") or decisions.get("unfence")) and preferred is None and reassign is None \
             and not inputs.reassigning:
-        return meta_rows, state_rows, ControllerStep()
-    meta, state = meta_rows.all(), state_rows.all()
+        return meta, state, ControllerStep()
     after, steps, moves = _decisions(meta, inputs, preferred, reassign)
     changed_keys = pinned(reduce(DataFrame.unionByName, [s.select(*PARTITION_KEY) for s in steps]).distinct())
     if not changed_keys.limit(1).collect():  # (a reassignment still catching up)
-        return meta_rows, state_rows, ControllerStep()
+        return meta, state, ControllerStep()
     state, dropped, added = _moved_replicas(state, moves, after, inputs.now_ms)
     offsets = state.groupBy(*PARTITION_KEY).agg(F.max("high_watermark").alias("partition_hw"))
     leos = state.select(*PARTITION_KEY, F.col("broker").alias("leader"), F.col("log_end_offset").alias("leader_leo"))
@@ -129,7 +129,7 @@ def controller_step(storage: Storage, inputs: RoundInputs, meta_rows: Keyed, sta
              .unionByName(state_changed))
     elections = pinned(reduce(DataFrame.unionByName, [_election_rows(s, offsets, leos, inputs) for s in steps])
                        .select(*ELECTIONS_SCHEMA.fieldNames()))
-    return (Keyed.of(_apply_changes(meta, changed), PARTITION_KEY), Keyed.of(state, REPLICA_KEY),
+    return (_apply_changes(meta, changed), pinned_without_history(state),
             ControllerStep(changed, state_changed, elections, dropped, added))
 
 
@@ -280,18 +280,23 @@ def _leaders_answers(storage: Storage, inputs: RoundInputs, need: DataFrame) -> 
     """Each checking follower's lastFetchedEpoch (the epoch of its last record, from its log's
     epoch cache) and its leader's answer (OffsetsForLeaderEpoch: the end epoch and offset its cache
     has for it), with the outcome (diverging, out_of_range or None); and the followers' caches."""
-    logs = reduce(DataFrame.unionByName, [storage.read_log(b).withColumn("broker", F.lit(b))
-                                          for b in serving_brokers(inputs)])
-    follower_records = (logs.join(need.select(*REPLICA_KEY, "log_start_offset", "log_end_offset"), on=REPLICA_KEY)
-                        .filter((F.col("offset") >= F.col("log_start_offset")) & (F.col("offset") < F.col("log_end_offset"))))
     leaders = need.select(*PARTITION_KEY, F.col("leader").alias("broker"), "leader_epoch",
                           "leader_epoch_start_offset", "leader_lso", "leader_leo").distinct()
-    leader_records = (logs.join(leaders.select(*REPLICA_KEY, "leader_lso", "leader_leo"), on=REPLICA_KEY)
-                      .filter((F.col("offset") >= F.col("leader_lso")) & (F.col("offset") < F.col("leader_leo"))))
+    followers_held = need.select(*REPLICA_KEY, F.col("log_start_offset").alias("_from"),
+                                 F.col("log_end_offset").alias("_to"))
+    leaders_held = leaders.select(*REPLICA_KEY, F.col("leader_lso").alias("_from"), F.col("leader_leo").alias("_to"))
+    # one pass over the logs for both sides: each epoch's first offset in each replica's records (the
+    # rows a cache starts from; a replica is its partition's follower or its leader, never both)
+    logs = reduce(DataFrame.unionByName, [storage.read_log(b).withColumn("broker", F.lit(b))
+                                          for b in serving_brokers(inputs)])
+    firsts = (logs.join(followers_held.unionByName(leaders_held), on=REPLICA_KEY)
+              .filter((F.col("offset") >= F.col("_from")) & (F.col("offset") < F.col("_to")))
+              .groupBy(*REPLICA_KEY, "leader_epoch").agg(F.min("offset").alias("offset"))).localCheckpoint()
     current = leaders.select(*REPLICA_KEY, F.col("leader_epoch").alias("epoch"),
                              F.col("leader_epoch_start_offset").alias("start_offset"))
-    follower_cache = ctl.epoch_cache(follower_records).localCheckpoint()
-    leader_cache = ctl.epoch_cache(leader_records, current).localCheckpoint()
+    follower_cache = ctl.epoch_cache(firsts.join(followers_held.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_semi"))
+    leader_cache = ctl.epoch_cache(firsts.join(leaders_held.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_semi"),
+                                   current)
     last_epoch = follower_cache.groupBy(*REPLICA_KEY).agg(F.max("epoch").alias("last_fetched_epoch"))
     asked = need.join(last_epoch, on=REPLICA_KEY, how="left").withColumn(
         "last_fetched_epoch", F.coalesce(F.col("last_fetched_epoch"), F.lit(ctl.UNDEFINED_EPOCH)))
@@ -389,10 +394,9 @@ def delete_strays(storage: Storage, inputs: RoundInputs, state: DataFrame, round
 def controller_wave(spark: SparkSession, storage: Storage, inputs: RoundInputs) -> ControllerWave:
     """The round's elections and epoch checks on the tables (`inputs` with its versions fixed), with
     their commits: truncated logs, then the partitions the controller changed and its elections."""
-    meta, state, step = controller_step(
-        storage, inputs, Keyed.of(partition_meta(storage, inputs.cluster_config), PARTITION_KEY),
-        Keyed.of(storage.replica_state().drop("round_id"), REPLICA_KEY))
-    meta_df = meta.all()
+    meta_df, state, step = controller_step(
+        storage, inputs, pinned_without_history(partition_meta(storage, inputs.cluster_config)),
+        pinned_without_history(storage.replica_state().drop("round_id")))
     # the partitions whose leader the round's elections changed (one pass, before anything is written)
     new_leaders = None if step.elections is None else (
         step.elections.filter(F.col("leader") != F.col("previous_leader")).select(*PARTITION_KEY).distinct()
@@ -400,7 +404,7 @@ def controller_wave(spark: SparkSession, storage: Storage, inputs: RoundInputs) 
     if new_leaders is not None and inputs.plan_sessions is not None and not new_leaders.isEmpty():
         # a follower fetches from its new leader in the round that elected it (before its epoch check)
         inputs = replace(inputs, **inputs.plan_sessions(fetch_pairs(meta_df)))
-    replicas = read_replicas(spark, inputs, serving(meta_df, inputs), state.all())
+    replicas = read_replicas(spark, inputs, serving(meta_df, inputs), state)
     # (the check uses the leader's log as it is before the round appends to it)
     replicas = replicas.withColumns({"leader_leo": F.col("leader_leo_before"), "leader_lso": F.col("leader_lso_before")})
     truncations, checked = [], None
@@ -426,7 +430,7 @@ def controller_wave(spark: SparkSession, storage: Storage, inputs: RoundInputs) 
             if r["broker"] not in down and storage.path_exists(f"{storage.log_path(r['broker'])}/_delta_log"):
                 # (a lost log restarts empty)
                 storage.truncate_logs(r["broker"], ends.filter(F.col("broker") == r["broker"]).drop("broker"), round_id)
-    delete_strays(storage, inputs, state.all(), round_id)
+    delete_strays(storage, inputs, state, round_id)
     if step.changed is not None:  # before the HW they allow, as the ISR's changes are
         storage.upsert(step.changed.withColumn("round_id", F.lit(round_id).cast("long"))
                        .select(*PARTITIONS_SCHEMA.fieldNames()), "partitions", PARTITION_KEY, round_id)
