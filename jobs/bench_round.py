@@ -32,6 +32,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from typing import Callable
 
 from pyspark.sql import functions as F
 
@@ -157,17 +158,25 @@ def throughput(spark, root: str, partitions: int, records: int) -> dict:
             "share_of_raw": raw_s / took, "log_rows_per_broker": logs, "hw_sum": committed}
 
 
-def failover(spark, root: str, partitions: int, records: int, count: int) -> dict:
+FAILOVER_KINDS = ("election", "after election", "restart and truncation")
+
+
+def failover(spark, root: str, partitions: int, records: int, count: int,
+             measure: Callable[[str, Cluster], tuple[float, int]] | None = None) -> dict:
+    """`count` times: a leader stopped with records only it holds, then the three rounds of
+    FAILOVER_KINDS, each run by `measure(kind, cluster)` (default: timed_round's seconds and
+    jobs)."""
     clock, cluster = new_cluster(spark, root, partitions)
     rng = random.Random(7)
-    kinds = ("election", "after election", "restart and truncation")
+    kinds = FAILOVER_KINDS
     seconds = {k: [] for k in kinds}
     jobs = {k: [] for k in kinds}
+    measure = measure or (lambda kind, on: timed_round(spark, on)[:2])
 
     def step(kind: str, before, advance_ms: int) -> None:
         before()
         clock.advance(advance_ms)
-        took, n, _ = timed_round(spark, cluster)
+        took, n = measure(kind, cluster)
         seconds[kind].append(took)
         jobs[kind].append(n)
 
