@@ -280,23 +280,18 @@ def _leaders_answers(storage: Storage, inputs: RoundInputs, need: DataFrame) -> 
     """Each checking follower's lastFetchedEpoch (the epoch of its last record, from its log's
     epoch cache) and its leader's answer (OffsetsForLeaderEpoch: the end epoch and offset its cache
     has for it), with the outcome (diverging, out_of_range or None); and the followers' caches."""
-    leaders = need.select(*PARTITION_KEY, F.col("leader").alias("broker"), "leader_epoch",
-                          "leader_epoch_start_offset", "leader_lso", "leader_leo").distinct()
-    followers_held = need.select(*REPLICA_KEY, F.col("log_start_offset").alias("_from"),
-                                 F.col("log_end_offset").alias("_to"))
-    leaders_held = leaders.select(*REPLICA_KEY, F.col("leader_lso").alias("_from"), F.col("leader_leo").alias("_to"))
-    # one pass over the logs for both sides: each epoch's first offset in each replica's records (the
-    # rows a cache starts from; a replica is its partition's follower or its leader, never both)
     logs = reduce(DataFrame.unionByName, [storage.read_log(b).withColumn("broker", F.lit(b))
                                           for b in serving_brokers(inputs)])
-    firsts = (logs.join(followers_held.unionByName(leaders_held), on=REPLICA_KEY)
-              .filter((F.col("offset") >= F.col("_from")) & (F.col("offset") < F.col("_to")))
-              .groupBy(*REPLICA_KEY, "leader_epoch").agg(F.min("offset").alias("offset"))).localCheckpoint()
+    follower_records = (logs.join(need.select(*REPLICA_KEY, "log_start_offset", "log_end_offset"), on=REPLICA_KEY)
+                        .filter((F.col("offset") >= F.col("log_start_offset")) & (F.col("offset") < F.col("log_end_offset"))))
+    leaders = need.select(*PARTITION_KEY, F.col("leader").alias("broker"), "leader_epoch",
+                          "leader_epoch_start_offset", "leader_lso", "leader_leo").distinct()
+    leader_records = (logs.join(leaders.select(*REPLICA_KEY, "leader_lso", "leader_leo"), on=REPLICA_KEY)
+                      .filter((F.col("offset") >= F.col("leader_lso")) & (F.col("offset") < F.col("leader_leo"))))
     current = leaders.select(*REPLICA_KEY, F.col("leader_epoch").alias("epoch"),
                              F.col("leader_epoch_start_offset").alias("start_offset"))
-    follower_cache = ctl.epoch_cache(firsts.join(followers_held.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_semi"))
-    leader_cache = ctl.epoch_cache(firsts.join(leaders_held.select(*REPLICA_KEY), on=REPLICA_KEY, how="left_semi"),
-                                   current)
+    follower_cache = ctl.epoch_cache(follower_records).localCheckpoint()
+    leader_cache = ctl.epoch_cache(leader_records, current).localCheckpoint()
     last_epoch = follower_cache.groupBy(*REPLICA_KEY).agg(F.max("epoch").alias("last_fetched_epoch"))
     asked = need.join(last_epoch, on=REPLICA_KEY, how="left").withColumn(
         "last_fetched_epoch", F.coalesce(F.col("last_fetched_epoch"), F.lit(ctl.UNDEFINED_EPOCH)))
