@@ -138,7 +138,7 @@ def main() -> None:
         failover(spark, os.path.join(scratch, "cluster"), args.partitions, args.records, args.rounds, with_steady)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    result = {"command": "jobs/profile_failover.py " + " ".join(sys.argv[1:]), "machine": machine(spark),
+    result = {"command": " ".join(["jobs/profile_failover.py", *sys.argv[1:]]), "machine": machine(spark),
               "args": vars(args), "kinds": {}}
     for kind in kinds:
         rounds = len(seen[kind]["jobs"])
