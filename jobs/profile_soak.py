@@ -5,6 +5,11 @@
 Part 1 runs one seed of the fault-injection soak (tests/soak/, as `make soak` does) and splits its
 wall time into the cluster's rounds (`Cluster.run_round`), the checker's snapshots after them
 (`Checker.snapshot`) and the rest (produce requests, admin calls, the soak's own reads, the heal).
+It splits the rounds again into those that ran the controller's wave (elections, epoch checks,
+reassignments: pipeline/round/controller.py) and the others, with the wave's own time. With
+`--jobs` it also counts each round's Spark jobs by the pipeline/ call site that started them
+(jobs/profile_failover.py's tagging; it slows every call into the JVM, so its seconds are not
+comparable with a run without it).
 
 Part 2, on the cluster the seed left, takes the checker's snapshot alternately with its reads one
 after another (`Checker.reads_at_once = 1`) and from threads (the default), checks that both read
@@ -28,16 +33,21 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from pipeline import Cluster, get_spark  # noqa: E402
+from pipeline.round import run as round_run  # noqa: E402
 from tests.soak.checker import Checker  # noqa: E402
 from tests.soak.soak import Soak  # noqa: E402
 from bench_round import save  # noqa: E402  (jobs/ is scripts, not a package)
+from profile_failover import JobSites  # noqa: E402
 
 
 class Stopwatch:
     """Wall seconds and calls spent in methods it wraps (on the class, so every instance)."""
 
-    def __init__(self):
+    def __init__(self, spark=None):
         self.seconds, self.calls = defaultdict(float), defaultdict(int)
+        self.spark = spark  # set: each round's Spark jobs are counted by call site
+        self.jobs = defaultdict(list)  # round label -> jobs of each round
+        self.sites = defaultdict(lambda: defaultdict(int))  # round label -> call site -> jobs
 
     def wrap(self, cls, name: str, label: str) -> None:
         method = getattr(cls, name)
@@ -50,6 +60,41 @@ class Stopwatch:
                 self.seconds[label] += time.perf_counter() - started
                 self.calls[label] += 1
         setattr(cls, name, timed)
+
+    def split_rounds(self) -> None:
+        """Rounds (Cluster.run_round) told apart by whether they ran the controller's wave, and the
+        wave's own time (run.controller_wave, as the round calls it)."""
+        wave, in_wave = round_run.controller_wave, []
+
+        def timed_wave(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return wave(*args, **kwargs)
+            finally:
+                in_wave.append(time.perf_counter() - started)
+        round_run.controller_wave = timed_wave
+        run_round = Cluster.run_round
+
+        def timed_round(*args, **kwargs):
+            in_wave.clear()
+            sites = JobSites(self.spark).__enter__() if self.spark is not None else None
+            started = time.perf_counter()
+            try:
+                return run_round(*args, **kwargs)
+            finally:
+                label = "rounds_with_wave" if in_wave else "rounds_without_wave"
+                if sites is not None:
+                    sites.__exit__()
+                    jobs = sites.jobs()
+                    self.jobs[label].append(len(jobs))
+                    for site, _ in jobs:
+                        self.sites[label][site] += 1
+                self.seconds[label] += time.perf_counter() - started
+                self.calls[label] += 1
+                if in_wave:
+                    self.seconds["waves"] += sum(in_wave)
+                    self.calls["waves"] += 1
+        Cluster.run_round = timed_round
 
 
 def snapshot_seconds(checker: Checker, repeats: int) -> dict:
@@ -77,32 +122,41 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=901)
     parser.add_argument("--events", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--jobs", action="store_true", help="count each round's Spark jobs by call site")
     parser.add_argument("--out", default="benchmarks/profile_soak.json")
     args = parser.parse_args()
     spark = get_spark(extra={"spark.sql.shuffle.partitions": "1", "spark.sql.adaptive.enabled": "false",
                              "spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
-    watch = Stopwatch()
-    watch.wrap(Cluster, "run_round", "rounds")
+    watch = Stopwatch(spark if args.jobs else None)
+    watch.split_rounds()
     watch.wrap(Checker, "snapshot", "snapshots")
     with tempfile.TemporaryDirectory(prefix="profile-soak-") as root:
         started = time.perf_counter()
         soak = Soak(spark, f"{root}/cluster", args.seed).run(args.events)
         total = time.perf_counter() - started
         split = {label: {"seconds": round(watch.seconds[label], 1), "calls": watch.calls[label],
-                         "share": round(watch.seconds[label] / total, 3)} for label in ("rounds", "snapshots")}
-        rest = total - sum(watch.seconds.values())
+                         "share": round(watch.seconds[label] / total, 3)}
+                 for label in ("rounds_with_wave", "waves", "rounds_without_wave", "snapshots")}
+        rest = total - sum(s for label, s in watch.seconds.items() if label != "waves")
         split["rest"] = {"seconds": round(rest, 1), "share": round(rest / total, 3)}
         print(f"seed {args.seed}, {args.events} events: {soak.rounds} rounds, {total:.0f} s")
         for label, part in split.items():
-            print(f"  {label:10s} {part['seconds']:7.1f} s  {100 * part['share']:5.1f}%"
+            print(f"  {label:20s} {part['seconds']:7.1f} s  {100 * part['share']:5.1f}%"
                   + (f"  ({part['calls']} calls)" if "calls" in part else ""))
+        jobs = {label: {"rounds": len(counts), "median": statistics.median(counts), "max": max(counts),
+                        "sites": dict(sorted(watch.sites[label].items(), key=lambda kv: -kv[1])[:25])}
+                for label, counts in watch.jobs.items()}
+        for label, part in jobs.items():
+            print(f"{label}: {part['rounds']} rounds, jobs median {part['median']}, max {part['max']}")
+            for site, count in list(part["sites"].items())[:12]:
+                print(f"  {count:5d}  {site}")
         snapshot = snapshot_seconds(soak.checker, args.repeats)
         print(f"snapshot: one read after another {snapshot['one_after_another_median_s']:.2f} s, "
               f"{snapshot['reads_at_once']} at once {snapshot['at_once_median_s']:.2f} s "
               f"(ratio {snapshot['ratio']}, medians of {args.repeats})")
     save({"seed": args.seed, "events": args.events, "rounds": soak.rounds, "seconds": round(total, 1),
-          "split": split, "snapshot": snapshot, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+          "split": split, **({"jobs": jobs} if args.jobs else {}), "snapshot": snapshot, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
           "date": time.strftime("%Y-%m-%d")}, args.out)
 
 
