@@ -118,3 +118,30 @@ def test_a_quota_another_process_sets_holds_back_a_job_that_started_without_quot
     loader = [job.produce("t", [{"value": "x" * KB}], acks=1, client_id="loader") for _ in range(6)]
     assert job.run_round().throttled_requests == 4
     assert [s for s, _, _ in _results(job, loader)] == ["acked"] * 2 + ["throttled"] * 4
+
+
+def test_a_round_with_no_new_produce_request_and_none_waiting_runs_no_quota_job(spark):
+    """The round's quota step costs nothing when no request is new and none waits, even with a
+    quota configured (its sensors are not asked, no Spark job runs); with the new rows unknown it
+    reads the inbox to find out."""
+    from pipeline.round.client_quotas import QuotaStep, apply_client_quotas
+    from pipeline.round.inputs import RoundInputs
+    from pipeline.schemas import INBOX_SCHEMA
+
+    asked = []
+    inputs = RoundInputs(round_id=1, now_ms=0, last_inbox_version=0, cluster_config={}, brokers=[0],
+                         paused_brokers={}, throttles={}, previous_round_ms=None,
+                         quota_sensors=lambda pairs: asked.append(pairs) or [])
+    inbox = spark.createDataFrame([], INBOX_SCHEMA).withColumn("_commit_version", F.lit(0).cast("long"))
+    tracker, sc = spark.sparkContext.statusTracker(), spark.sparkContext
+    try:
+        sc.setJobGroup("quota-no-request", "a round with no new request")
+        served, step = apply_client_quotas(spark, inbox, None, inputs, new_rows=0)
+        assert (served is inbox, step, asked) == (True, QuotaStep(), [])
+        assert list(tracker.getJobIdsForGroup("quota-no-request")) == []
+        sc.setJobGroup("quota-rows-unknown", "a round whose new rows are not known")
+        served, step = apply_client_quotas(spark, inbox, None, inputs, new_rows=None)
+        assert (step, asked) == (QuotaStep(), [[]])
+        assert list(tracker.getJobIdsForGroup("quota-rows-unknown")) != []
+    finally:
+        sc.setJobGroup(None, None)

@@ -31,18 +31,19 @@ class QuotaStep:
     waiting: int = 0  # requests still waiting
 
 def apply_client_quotas(spark: SparkSession, inbox: DataFrame, deferred: DataFrame | None,
-                   inputs: RoundInputs) -> tuple[DataFrame, QuotaStep]:
+                        inputs: RoundInputs, new_rows: int | None = None) -> tuple[DataFrame, QuotaStep]:
     """The produce requests this round serves, of its new inbox rows and those that waited, under
     their clients' producer_byte_rate (quotas.admit_within_quota); nothing to do, and no Spark job,
-    when no produce quota is configured and nothing waits."""
-    if inputs.quota_sensors is None and deferred is None:
+    when nothing waits and no produce quota is configured or no request is new (new_rows: the new
+    inbox rows, from their files' statistics; None: not known)."""
+    if deferred is None and (inputs.quota_sensors is None or new_rows == 0):
         return inbox, QuotaStep()
     now = inputs.now_ms
     candidates = inbox.withColumn("_deferred_since", F.lit(None).cast("long"))
     if deferred is not None:
         candidates = candidates.unionByName(deferred)
     candidates = candidates.localCheckpoint()
-    requests = quotas.request_bytes(candidates, rules.record_size(F.col("key"), F.col("value"))).localCheckpoint()
+    requests = quotas.request_bytes(candidates, rules.record_size(F.col("key"), F.col("value")))
     pairs = [(r["user"], r["client_id"]) for r in requests.select("user", "client_id").distinct().collect()]
     rows = inputs.quota_sensors(pairs) if inputs.quota_sensors is not None else []  # O(clients)
     decided = quotas.admit_within_quota(requests, spark.createDataFrame(rows, _SENSOR_SCHEMA)).localCheckpoint()

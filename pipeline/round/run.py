@@ -289,8 +289,8 @@ class _RoundOnTables:
         # client quotas (KIP-13's producer_byte_rate): the requests served this round, of the new ones
         # and those that waited (round._client_quotas; no Spark job without a quota or a waiting request)
         deferred = carry.deferred if carry is not None else deferred_requests(storage, inputs.last_throttled_requests)
-        self.inbox, self.quota = apply_client_quotas(spark, inbox, deferred, inputs)
         self.inbox_stats = _new_inbox_stats(storage, inputs)
+        self.inbox, self.quota = apply_client_quotas(spark, inbox, deferred, inputs, added_rows(self.inbox_stats))
         idempotent = _has_idempotent_rows(storage, inputs, self.inbox_stats) or (
             deferred is not None and bool(self.inbox.filter(F.col("producer_id").isNotNull()).limit(1).count()))
         self.sequences = _sequences(storage, inputs, self.inbox, self.state, self.topic_checks, self.down) \
