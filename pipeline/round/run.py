@@ -287,7 +287,7 @@ class _RoundOnTables:
         spark, storage, inputs, carry = self.spark, self.storage, self.inputs, self.carry
         inbox, self.inbox_version = read_inbox(spark, storage, inputs.last_inbox_version, inputs.inbox_to_version)
         # client quotas (KIP-13's producer_byte_rate): the requests served this round, of the new ones
-        # and those that waited (round._client_quotas; no Spark job without a quota or a waiting request)
+        # and those that waited (client_quotas.py; no Spark job without a new or a waiting request, or a quota)
         deferred = carry.deferred if carry is not None else deferred_requests(storage, inputs.last_throttled_requests)
         self.inbox_stats = _new_inbox_stats(storage, inputs)
         self.inbox, self.quota = apply_client_quotas(spark, inbox, deferred, inputs, added_rows(self.inbox_stats))
