@@ -6,7 +6,8 @@ Part 1 runs one seed of the fault-injection soak (tests/soak/, as `make soak` do
 wall time into the cluster's rounds (`Cluster.run_round`), the checker's snapshots after them
 (`Checker.snapshot`) and the rest (produce requests, admin calls, the soak's own reads, the heal).
 It splits the rounds again into those that ran the controller's wave (elections, epoch checks,
-reassignments: pipeline/round/controller.py) and the others, with the wave's own time. With
+reassignments: pipeline/round/controller.py) and the others, with the wave's own time, and each
+kind by the phases the round times itself (RoundReport.phases). With
 `--jobs` it also counts each round's Spark jobs by the pipeline/ call site that started them
 (jobs/profile_failover.py's tagging; it slows every call into the JVM, so its seconds are not
 comparable with a run without it).
@@ -21,6 +22,7 @@ Writes benchmarks/profile_soak.json next to printing it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -48,6 +50,7 @@ class Stopwatch:
         self.spark = spark  # set: each round's Spark jobs are counted by call site
         self.jobs = defaultdict(list)  # round label -> jobs of each round
         self.sites = defaultdict(lambda: defaultdict(int))  # round label -> call site -> jobs
+        self.phases = defaultdict(lambda: defaultdict(float))  # round label -> phase -> seconds (its reports')
 
     def wrap(self, cls, name: str, label: str) -> None:
         method = getattr(cls, name)
@@ -77,20 +80,22 @@ class Stopwatch:
 
         def timed_round(*args, **kwargs):
             in_wave.clear()
-            sites = JobSites(self.spark).__enter__() if self.spark is not None else None
-            started = time.perf_counter()
+            report, sites, started = None, None, time.perf_counter()
             try:
-                return run_round(*args, **kwargs)
+                with JobSites(self.spark) if self.spark is not None else contextlib.nullcontext() as sites:
+                    report = run_round(*args, **kwargs)
+                return report
             finally:
                 label = "rounds_with_wave" if in_wave else "rounds_without_wave"
                 if sites is not None:
-                    sites.__exit__()
                     jobs = sites.jobs()
                     self.jobs[label].append(len(jobs))
                     for site, _ in jobs:
                         self.sites[label][site] += 1
                 self.seconds[label] += time.perf_counter() - started
                 self.calls[label] += 1
+                for phase, seconds in (report.phases if report is not None else {}).items():
+                    self.phases[label][phase] += seconds
                 if in_wave:
                     self.seconds["waves"] += sum(in_wave)
                     self.calls["waves"] += 1
@@ -144,6 +149,12 @@ def main() -> None:
         for label, part in split.items():
             print(f"  {label:20s} {part['seconds']:7.1f} s  {100 * part['share']:5.1f}%"
                   + (f"  ({part['calls']} calls)" if "calls" in part else ""))
+        phases = {label: {phase: round(seconds, 1) for phase, seconds in sorted(by.items(), key=lambda kv: -kv[1])}
+                  for label, by in watch.phases.items()}
+        for label, by in phases.items():
+            print(f"{label} by phase (the rounds' own timers):")
+            for phase, seconds in by.items():
+                print(f"  {seconds:7.1f} s  {phase}")
         jobs = {label: {"rounds": len(counts), "median": statistics.median(counts), "max": max(counts),
                         "sites": dict(sorted(watch.sites[label].items(), key=lambda kv: -kv[1])[:25])}
                 for label, counts in watch.jobs.items()}
@@ -156,8 +167,8 @@ def main() -> None:
               f"{snapshot['reads_at_once']} at once {snapshot['at_once_median_s']:.2f} s "
               f"(ratio {snapshot['ratio']}, medians of {args.repeats})")
     save({"seed": args.seed, "events": args.events, "rounds": soak.rounds, "seconds": round(total, 1),
-          "split": split, **({"jobs": jobs} if args.jobs else {}), "snapshot": snapshot, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-          "date": time.strftime("%Y-%m-%d")}, args.out)
+          "split": split, "phases": phases, **({"jobs": jobs} if args.jobs else {}), "snapshot": snapshot,
+          "machine": f"{platform.machine()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d")}, args.out)
 
 
 if __name__ == "__main__":
