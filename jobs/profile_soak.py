@@ -7,7 +7,9 @@ wall time into the cluster's rounds (`Cluster.run_round`), the checker's snapsho
 (`Checker.snapshot`) and the rest (produce requests, admin calls, the soak's own reads, the heal).
 It splits the rounds again into those that ran the controller's wave (elections, epoch checks,
 reassignments: pipeline/round/controller.py) and the others, with the wave's own time, and each
-kind by the phases the round times itself (RoundReport.phases). With
+kind by the phases the round times itself (RoundReport.phases); the rest by event (each event's
+own time, less the rounds and snapshots inside it), and the rounds' steps on the driver around
+the round proper (the lease, the failed-location check, the controller's inputs). With
 `--jobs` it also counts each round's Spark jobs by the pipeline/ call site that started them
 (jobs/profile_failover.py's tagging; it slows every call into the JVM, so its seconds are not
 comparable with a run without it).
@@ -35,11 +37,22 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from pipeline import Cluster, get_spark  # noqa: E402
-from pipeline.round import run as round_run  # noqa: E402
+from pipeline import brokers  # noqa: E402
+from pipeline.core import ClusterCore  # noqa: E402
+from pipeline.metadata_cache import MetadataCache  # noqa: E402
+from pipeline.round import driver, run as round_run  # noqa: E402
+from pipeline.storage.lease import Lease  # noqa: E402
 from tests.soak.checker import Checker  # noqa: E402
 from tests.soak.soak import Soak  # noqa: E402
 from bench_round import save  # noqa: E402  (jobs/ is scripts, not a package)
 from profile_failover import JobSites  # noqa: E402
+
+
+# what pipeline/round/driver.py does around the round proper (run_active_round), each timed
+DRIVER_STEPS = ((Lease, "hold"), (brokers, "halt_failed_brokers"), (ClusterCore, "reload_config"),
+                (MetadataCache, "fetch_states"), (driver, "_controller_inputs"), (driver, "_inputs"),
+                (driver, "run_active_round"), (driver, "idle_round"), (driver, "_after_controller"),
+                (ClusterCore, "record_quota"))
 
 
 class Stopwatch:
@@ -51,18 +64,30 @@ class Stopwatch:
         self.jobs = defaultdict(list)  # round label -> jobs of each round
         self.sites = defaultdict(lambda: defaultdict(int))  # round label -> call site -> jobs
         self.phases = defaultdict(lambda: defaultdict(float))  # round label -> phase -> seconds (its reports')
+        self.nested = 0.0  # seconds in the rounds and snapshots so far
+        self.events = defaultdict(lambda: [0.0, 0])  # soak event -> [its own seconds, calls]
+        self.driver = defaultdict(lambda: [0.0, 0])  # a round's driver step -> [seconds, calls]
 
-    def wrap(self, cls, name: str, label: str) -> None:
-        method = getattr(cls, name)
+    def wrap(self, owner, name: str, label: str, into: dict | None = None, own_time: bool = False) -> None:
+        """Times `owner.name` (a class's method or a module's function) under `label`: in the
+        split (rounds, snapshots), or in `into` (label -> [seconds, calls]); with `own_time`, less
+        the rounds and snapshots inside the call."""
+        function = getattr(owner, name)
 
         def timed(*args, **kwargs):
-            started = time.perf_counter()
+            started, nested = time.perf_counter(), self.nested
             try:
-                return method(*args, **kwargs)
+                return function(*args, **kwargs)
             finally:
-                self.seconds[label] += time.perf_counter() - started
-                self.calls[label] += 1
-        setattr(cls, name, timed)
+                elapsed = time.perf_counter() - started
+                if into is None:
+                    self.seconds[label] += elapsed
+                    self.calls[label] += 1
+                    self.nested += elapsed
+                else:
+                    into[label][0] += elapsed - (self.nested - nested if own_time else 0)
+                    into[label][1] += 1
+        setattr(owner, name, timed)
 
     def split_rounds(self) -> None:
         """Rounds (Cluster.run_round) told apart by whether they ran the controller's wave, and the
@@ -92,8 +117,10 @@ class Stopwatch:
                     self.jobs[label].append(len(jobs))
                     for site, _ in jobs:
                         self.sites[label][site] += 1
-                self.seconds[label] += time.perf_counter() - started
+                elapsed = time.perf_counter() - started
+                self.seconds[label] += elapsed
                 self.calls[label] += 1
+                self.nested += elapsed
                 for phase, seconds in (report.phases if report is not None else {}).items():
                     self.phases[label][phase] += seconds
                 if in_wave:
@@ -136,6 +163,10 @@ def main() -> None:
     watch = Stopwatch(spark if args.jobs else None)
     watch.split_rounds()
     watch.wrap(Checker, "snapshot", "snapshots")
+    for name in (n for n in dir(Soak) if n.startswith("do_")):  # the rest: each event's own time
+        watch.wrap(Soak, name, name[3:], into=watch.events, own_time=True)
+    for owner, name in DRIVER_STEPS:
+        watch.wrap(owner, name, name.lstrip("_"), into=watch.driver)
     with tempfile.TemporaryDirectory(prefix="profile-soak-") as root:
         started = time.perf_counter()
         soak = Soak(spark, f"{root}/cluster", args.seed).run(args.events)
@@ -155,6 +186,14 @@ def main() -> None:
             print(f"{label} by phase (the rounds' own timers):")
             for phase, seconds in by.items():
                 print(f"  {seconds:7.1f} s  {phase}")
+        events, driver_steps = ({label: {"seconds": round(seconds, 1), "calls": calls}
+                                 for label, (seconds, calls) in sorted(times.items(), key=lambda kv: -kv[1][0])}
+                                for times in (watch.events, watch.driver))
+        for title, times in (("the events' own time (less their rounds and snapshots)", events),
+                             ("a round's steps on the driver (run_active_round is the round proper)", driver_steps)):
+            print(f"{title}:")
+            for label, part in times.items():
+                print(f"  {part['seconds']:7.1f} s  {label} ({part['calls']} calls)")
         jobs = {label: {"rounds": len(counts), "median": statistics.median(counts), "max": max(counts),
                         "sites": dict(sorted(watch.sites[label].items(), key=lambda kv: -kv[1])[:25])}
                 for label, counts in watch.jobs.items()}
@@ -167,7 +206,7 @@ def main() -> None:
               f"{snapshot['reads_at_once']} at once {snapshot['at_once_median_s']:.2f} s "
               f"(ratio {snapshot['ratio']}, medians of {args.repeats})")
     save({"seed": args.seed, "events": args.events, "rounds": soak.rounds, "seconds": round(total, 1),
-          "split": split, "phases": phases, **({"jobs": jobs} if args.jobs else {}), "snapshot": snapshot,
+          "split": split, "phases": phases, "event_seconds": events, "driver": driver_steps, **({"jobs": jobs} if args.jobs else {}), "snapshot": snapshot,
           "machine": f"{platform.machine()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d")}, args.out)
 
 
