@@ -291,14 +291,16 @@ class _RoundOnTables:
         deferred = carry.deferred if carry is not None else deferred_requests(storage, inputs.last_throttled_requests)
         self.inbox_stats = _new_inbox_stats(storage, inputs)
         self.inbox, self.quota = apply_client_quotas(spark, inbox, deferred, inputs, added_rows(self.inbox_stats))
+        self.lap("inbox and client quotas")
         idempotent = _has_idempotent_rows(storage, inputs, self.inbox_stats) or (
             deferred is not None and bool(self.inbox.filter(F.col("producer_id").isNotNull()).limit(1).count()))
         self.sequences = _sequences(storage, inputs, self.inbox, self.state, self.topic_checks, self.down) \
             if idempotent else None
+        self.lap("producer sequences")
         retention = _retention_leaders(storage, inputs, self.state, self.topic_checks, self.down) \
             if inputs.retention_due else None
         self.log_starts, self.admin_version = log_start_requests(storage, inputs, retention)
-        self.lap("inbox, quotas, sequences and log starts")
+        self.lap("log start requests")
 
     def run(self) -> tuple[RoundReport, Carry]:
         """The active round (active.py) and its commits, the compaction of replica_state when due,
