@@ -21,6 +21,33 @@ def test_a_short_soak_keeps_every_guarantee(soaked):
     assert soaked.expected.requests  # traffic was produced, and every request settled (checked in run)
 
 
+def test_the_checker_reads_the_tables_again_only_after_a_commit_to_one(spark, soaked, monkeypatch):
+    """A snapshot with no commit to a table it reads since the last one's reads began is the last
+    one, read again it would be the same; a round, or a commit to a broker's log, makes the next
+    one read, and it holds what was committed. `fresh` always reads."""
+    checker, cluster = soaked.checker, soaked.cluster
+    reads = []
+    read = checker._read_snapshot
+    monkeypatch.setattr(checker, "_read_snapshot", lambda: reads.append(1) or read())
+    without_round = lambda snap: {k: v for k, v in snap.items() if k != "round"}  # noqa: E731
+
+    first = checker.snapshot(fresh=True)
+    assert (checker.snapshot(), len(reads)) == (first, 1)
+    assert checker.snapshot(fresh=True) == first and len(reads) == 2
+    cluster.run_round()
+    assert without_round(checker.snapshot()) == without_round(checker.snapshot(fresh=True))
+
+    leader = first["partitions"][("clean", 0)]["leader"]
+    log = cluster.storage.log_path(leader)
+    probe = (spark.read.format("delta").load(log).filter((F.col("topic") == "clean") & (F.col("partition") == 0))
+             .limit(1).withColumn("topic", F.lit("checker-probe")))
+    probe.write.format("delta").mode("append").save(log)
+    before = len(reads)
+    assert ("checker-probe", 0, leader) in checker.snapshot()["logs"] and len(reads) == before + 1
+    spark.sql(f"DELETE FROM delta.`{log}` WHERE topic = 'checker-probe'")
+    assert ("checker-probe", 0, leader) not in checker.check()["logs"] and len(reads) == before + 2
+
+
 def test_the_checker_catches_a_lost_acknowledged_record_and_a_duplicate_offset(spark, soaked):
     cluster, checker = soaked.cluster, soaked.checker
     snap = checker.check()

@@ -24,6 +24,7 @@ Checked after every round (Violation names the check and the evidence):
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections import defaultdict
@@ -55,6 +56,7 @@ class Checker:
         self.last_isr: dict[tuple[str, int], list[int]] = {}
         self.checked_elections = 0
         self.checked_round: int | None = None  # the newest round at the last check
+        self._last: tuple | None = None  # (the tables' commit keys before the last snapshot's reads, that snapshot)
 
     # -- reading (by path) -----------------------------------------------------------------
     def _table(self, name: str):
@@ -89,10 +91,48 @@ class Checker:
                 rows[key] = r.asDict()
         return rows
 
-    def snapshot(self) -> dict:
-        """Every table the checks read. The reads are independent, so they run at once from threads
-        (Spark runs their jobs side by side): each is mostly the driver's latency, and one after
-        another they take about twice as long (jobs/profile_soak.py)."""
+    @staticmethod
+    def _commit_key(path: str) -> tuple | None:
+        """The table's newest commit file as the file system has it (version, inode, change time):
+        another commit, or the table deleted and made again, changes it. None: no table there."""
+        log = os.path.join(path, "_delta_log")
+        try:
+            newest = max((n for n in os.listdir(log) if n.endswith(".json") and n[:-5].isdigit()), default=None)
+            info = os.stat(os.path.join(log, newest)) if newest else None
+        except FileNotFoundError:
+            return None
+        return newest and (newest, info.st_ino, info.st_ctime_ns, info.st_mtime_ns)
+
+    def _log_keys(self, paths: dict[int, str]) -> tuple:
+        return tuple(sorted((broker, path, self._commit_key(path)) for broker, path in paths.items()))
+
+    def _table_keys(self) -> tuple:
+        """The commit keys of the cluster tables a snapshot reads, but the rounds table (an idle
+        round appends its row there and nothing else)."""
+        return tuple(self._commit_key(os.path.join(self.root, "cluster", t))
+                     for t in ("partitions", "replica_state", "results", "elections", "brokers"))
+
+    def snapshot(self, fresh: bool = False) -> dict:
+        """Every table the checks read. They are read again only when one has a commit since the
+        last snapshot's reads began (or `fresh`): their commit keys come from the file system, and
+        an idle round or a read commits to none of them, so the same reads would return the same
+        rows. The newest round then stays the last snapshot's, which `check` takes for the last
+        one it saw: an election after it is checked against the partitions table's history
+        (isr_before_round), as for rounds another process ran.
+        The reads are independent, so they run at once from threads (Spark runs their jobs side by
+        side): each is mostly the driver's latency, and one after another they take about twice as
+        long (jobs/profile_soak.py)."""
+        if self._last is not None and not fresh:
+            keys, snap = self._last
+            if (self._table_keys(), self._log_keys(snap["paths"])) == keys:
+                return copy.deepcopy(snap)
+        tables = self._table_keys()  # (before the reads: a commit during them makes the next snapshot read)
+        snap, logs = self._read_snapshot()
+        self._last = ((tables, logs), copy.deepcopy(snap))
+        return snap
+
+    def _read_snapshot(self) -> tuple[dict, tuple]:
+        """The snapshot, read, and its logs' commit keys from before their reads."""
         with ThreadPoolExecutor(max_workers=self.reads_at_once) as pool:
             partitions = pool.submit(lambda: {(r["topic"], r["partition"]): r.asDict()
                                               for r in self._table("partitions").collect()})
@@ -105,6 +145,7 @@ class Checker:
             newest = pool.submit(lambda: self._table("rounds").selectExpr("max(round_id)").first()[0])
             brokers = self._brokers()  # (read once: the logs' locations and the brokers' states)
             paths = self.log_paths(brokers)
+            log_keys = self._log_keys(paths)
             rows = {broker: pool.submit(self._log_rows, path) for broker, path in paths.items()}
         present = {b for b, path in paths.items() if os.path.exists(os.path.join(path, "_delta_log"))}
         logs = defaultdict(list)  # (topic, partition, broker) -> [(offset, epoch, value)]
@@ -116,7 +157,7 @@ class Checker:
             held.sort()
         return {"partitions": partitions.result(), "state": state.result(), "logs": logs, "results": results.result(),
                 "elections": elections.result(), "present": present, "round": newest.result(),
-                "not_running": self.not_running(brokers)}
+                "not_running": self.not_running(brokers), "paths": paths}, log_keys
 
     def isr_before_round(self, round_id: int) -> dict[tuple[str, int], list[int]]:
         """Every partition's ISR as it stood before round `round_id` wrote anything: the partitions
