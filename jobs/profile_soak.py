@@ -83,7 +83,7 @@ class Stopwatch:
                 if into is None:
                     self.seconds[label] += elapsed
                     self.calls[label] += 1
-                    self.nested += elapsed
+                    self.nested = nested + elapsed  # (a call inside another counts once)
                 else:
                     into[label][0] += elapsed - (self.nested - nested if own_time else 0)
                     into[label][1] += 1
@@ -138,7 +138,7 @@ def snapshot_seconds(checker: Checker, repeats: int) -> dict:
             for at_once in times:
                 checker.reads_at_once = at_once
                 started = time.perf_counter()
-                snaps.append(checker.snapshot())
+                snaps.append(checker.snapshot(fresh=True))
                 times[at_once].append(time.perf_counter() - started)
             if snaps[0] != snaps[1]:
                 raise AssertionError("the snapshot read at once differs from the one read by read")
@@ -163,6 +163,7 @@ def main() -> None:
     watch = Stopwatch(spark if args.jobs else None)
     watch.split_rounds()
     watch.wrap(Checker, "snapshot", "snapshots")
+    watch.wrap(Checker, "_read_snapshot", "snapshot_reads")  # (the snapshots that read the tables)
     for name in (n for n in dir(Soak) if n.startswith("do_")):  # the rest: each event's own time
         watch.wrap(Soak, name, name[3:], into=watch.events, own_time=True)
     for owner, name in DRIVER_STEPS:
@@ -173,8 +174,8 @@ def main() -> None:
         total = time.perf_counter() - started
         split = {label: {"seconds": round(watch.seconds[label], 1), "calls": watch.calls[label],
                          "share": round(watch.seconds[label] / total, 3)}
-                 for label in ("rounds_with_wave", "waves", "rounds_without_wave", "snapshots")}
-        rest = total - sum(s for label, s in watch.seconds.items() if label != "waves")
+                 for label in ("rounds_with_wave", "waves", "rounds_without_wave", "snapshots", "snapshot_reads")}
+        rest = total - sum(s for label, s in watch.seconds.items() if label not in ("waves", "snapshot_reads"))
         split["rest"] = {"seconds": round(rest, 1), "share": round(rest / total, 3)}
         print(f"seed {args.seed}, {args.events} events: {soak.rounds} rounds, {total:.0f} s")
         for label, part in split.items():
