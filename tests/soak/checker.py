@@ -92,12 +92,17 @@ class Checker:
         return rows
 
     @staticmethod
-    def _commit_key(path: str) -> tuple | None:
+    def _commit_files(log: str) -> list[str]:
+        """The names of a Delta log's commit files (`<version>.json`), oldest first."""
+        return sorted(n for n in os.listdir(log) if n.endswith(".json") and n[:-5].isdigit())
+
+    @classmethod
+    def _commit_key(cls, path: str) -> tuple | None:
         """The table's newest commit file as the file system has it (version, inode, change time):
         another commit, or the table deleted and made again, changes it. None: no table there."""
         log = os.path.join(path, "_delta_log")
         try:
-            newest = max((n for n in os.listdir(log) if n.endswith(".json") and n[:-5].isdigit()), default=None)
+            newest = max(cls._commit_files(log), default=None)
             info = os.stat(os.path.join(log, newest)) if newest else None
         except FileNotFoundError:
             return None
@@ -165,7 +170,7 @@ class Checker:
         time travel). For rounds the checker did not see, as another process's (the job's)."""
         log = os.path.join(self.root, "cluster", "partitions", "_delta_log")
         before = None
-        for name in sorted(f for f in os.listdir(log) if f.endswith(".json") and f[:-5].isdigit()):
+        for name in self._commit_files(log):
             with open(os.path.join(log, name)) as f:
                 info = next((json.loads(line)["commitInfo"] for line in f if line.startswith('{"commitInfo"')), {})
             meta = info.get("userMetadata") or ""
