@@ -81,13 +81,18 @@ class Stopwatch:
             finally:
                 elapsed = time.perf_counter() - started
                 if into is None:
-                    self.seconds[label] += elapsed
-                    self.calls[label] += 1
-                    self.nested = nested + elapsed  # (a call inside another counts once)
+                    self._split(label, elapsed, nested)
                 else:
                     into[label][0] += elapsed - (self.nested - nested if own_time else 0)
                     into[label][1] += 1
         setattr(owner, name, timed)
+
+    def _split(self, label: str, elapsed: float, nested: float) -> None:
+        """A call of `elapsed` seconds under `label` in the split, that began when `nested` seconds
+        were in the split: inside it, what it called counts once (its own time includes theirs)."""
+        self.seconds[label] += elapsed
+        self.calls[label] += 1
+        self.nested = nested + elapsed
 
     def split_rounds(self) -> None:
         """Rounds (Cluster.run_round) told apart by whether they ran the controller's wave, and the
@@ -105,7 +110,7 @@ class Stopwatch:
 
         def timed_round(*args, **kwargs):
             in_wave.clear()
-            report, sites, started = None, None, time.perf_counter()
+            report, sites, started, nested = None, None, time.perf_counter(), self.nested
             try:
                 with JobSites(self.spark) if self.spark is not None else contextlib.nullcontext() as sites:
                     report = run_round(*args, **kwargs)
@@ -117,10 +122,7 @@ class Stopwatch:
                     self.jobs[label].append(len(jobs))
                     for site, _ in jobs:
                         self.sites[label][site] += 1
-                elapsed = time.perf_counter() - started
-                self.seconds[label] += elapsed
-                self.calls[label] += 1
-                self.nested += elapsed
+                self._split(label, time.perf_counter() - started, nested)
                 for phase, seconds in (report.phases if report is not None else {}).items():
                     self.phases[label][phase] += seconds
                 if in_wave:
